@@ -1,0 +1,40 @@
+# Two commands a newcomer needs: `make run` and `make test`. Both set up .venv first (CPU torch from local disk).
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+STAMP   := .venv/.installed
+SCENARIO ?= scenarios/fleet-disaggregated.yaml
+OUT     ?= out
+
+.PHONY: setup run test lint bench gpu-check profile-modeled clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned: this exact version is the CPU build on local disk; anything looser pulls CUDA.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[kernels,dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	.venv/bin/phaseplan capacity scenarios/kimi-k2.6-decode.yaml
+	.venv/bin/phaseplan run $(SCENARIO)
+
+test: $(STAMP)
+	.venv/bin/ruff check simulator kernels tests
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	.venv/bin/phaseplan bench-sim
+
+profile-modeled: $(STAMP)
+	.venv/bin/phaseplan profile --device roofline --hardware h200 --out profiles/h200-modeled.json
+
+# On an H200: kernel tests on the GPU, ceilings, profile + log into $(OUT)/. Uses the machine's torch/triton.
+gpu-check:
+	mkdir -p $(OUT)
+	OUT=$(OUT) PYTHONPATH=. python3 -m kernels.gpu_check
+
+clean:
+	rm -rf .venv out .pytest_cache .ruff_cache

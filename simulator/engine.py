@@ -1,0 +1,279 @@
+"""The modeled clock: SimPy wires arrivals, instances and KV-transfer links around the shared schedulers.
+
+An instance advances a whole run of identical decode steps at once: it prices them with the cost model
+(vectorised over the growing context), and if an outside event (an arrival, a finished transfer) lands
+inside the run it stops at the end of the step in flight — exactly where a step-by-step clock would next
+decide. `step_mode=True` forces one step at a time; a test requires both to give identical timelines.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from simulator.cache import PagedCache
+from simulator.costmodel import CostModel
+from simulator.integrity import CheckingTracker, FaultInjector, NoopTracker
+from simulator.memory import pool_capacity
+from simulator.profile import Profile
+from simulator.request import Request
+from simulator.routing import Router
+from simulator.scenario import Pool, Scenario
+from simulator.scheduler import Plan, Scheduler, Seq, StepEvents
+from simulator.specs import MLA
+from simulator.traffic import TrafficSource, make_source
+
+
+@dataclass
+class Record:
+    """One request's outcome; times in seconds since the start of the run."""
+
+    id: int
+    arrival: float
+    prompt: int
+    output: int
+    first_token: float = math.nan
+    finish: float = math.nan
+    status: str = "pending"  # completed | rejected | aborted | pending
+    cached_tokens: int = 0
+
+
+@dataclass
+class InstanceStats:
+    busy_s: float = 0.0
+    steps: int = 0
+    max_batch: int = 0
+    occ_t: list[float] = field(default_factory=list)
+    occ_v: list[float] = field(default_factory=list)
+
+
+class Instance:
+    def __init__(self, sim: Simulation, pool_name: str, index: int, pool: Pool, cache: PagedCache,
+                 sched: Scheduler, cost: CostModel) -> None:
+        self.sim, self.pool_name, self.index, self.pool = sim, pool_name, index, pool
+        self.cache, self.sched, self.cost = cache, sched, cost
+        self.env = sim.env
+        self.wake: simpy.Event | None = None
+        # Exact times: an instance's clock is a running sum of step times, and every wake-up carries the
+        # exact time of its cause. env.now only orders events, so the segment and step-by-step clocks
+        # compute bit-identical timelines.
+        self.clock = 0.0
+        self.wake_at = 0.0
+        self.link_free = 0.0  # when the inbound KV-transfer link is next idle
+        self.stats = InstanceStats()
+        self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
+        self.env.process(self._loop())
+
+    # -- what routing reads --------------------------------------------------------------------------
+    def queued_tokens(self) -> int:
+        waiting = sum(s.target - s.computed for s in self.sched.waiting)
+        return waiting + sum(s.target - s.computed for s in self.sched.running if s.status == "prefill")
+
+    def pending_pages(self) -> int:
+        ps = self.cache.page_size
+        return sum(-(-s.target // ps) for s, _, _ in self.pending)
+
+    def notify(self, at: float) -> None:
+        self.wake_at = max(self.wake_at, at)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    # -- the step loop -------------------------------------------------------------------------------
+    def _price(self, plan: Plan, n: int) -> np.ndarray:
+        if plan.prefill:
+            d = plan.decode
+            chunks = [(c, s.computed) for s, c in plan.prefill]
+            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            return np.array([t])
+        ctx, pages = self.sched.context_totals(plan.decode, n)
+        return self.cost.decode_step_s(len(plan.decode), ctx, pages)
+
+    def _loop(self):
+        env, sched, st = self.env, self.sched, self.stats
+        while True:
+            plan = sched.schedule()
+            self.sim.after_schedule(self)
+            self._record_occupancy()
+            if plan.empty:
+                self.wake = env.event()
+                yield self.wake
+                self.clock = max(self.clock, self.wake_at)
+                continue
+            n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
+            ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n))))[1:]
+            self.wake = env.event()
+            yield env.timeout(max(0.0, ends[-1] - env.now)) | self.wake
+            m = n
+            if self.wake.triggered and self.wake_at < ends[-1]:
+                m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
+                if ends[m - 1] > env.now:
+                    yield env.timeout(ends[m - 1] - env.now)
+            ev = sched.advance(plan, m)
+            st.busy_s += float(ends[m - 1] - self.clock)
+            st.steps += m
+            st.max_batch = max(st.max_batch, len(plan.decode))
+            self.clock = float(ends[m - 1])
+            self.sim.on_events(self, ev, ends)
+
+    def _record_occupancy(self) -> None:
+        st = self.stats
+        occ = self.cache.used / self.cache.num_pages
+        if not st.occ_v or st.occ_v[-1] != occ:
+            st.occ_t.append(self.clock)
+            st.occ_v.append(occ)
+
+
+class Simulation:
+    def __init__(self, sc: Scenario, *, step_mode: bool = False, base_dir: Path | None = None,
+                 on_progress: Callable[[int], None] | None = None) -> None:
+        self.sc = sc
+        self.step_mode = step_mode
+        self.env = simpy.Environment()
+        self.on_progress = on_progress
+        self.profile = Profile.for_scenario(sc, base_dir)
+        self.router = Router(sc.routing.policy)
+        self.records: dict[int, Record] = {}
+        self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir)
+        self.injector: FaultInjector | None = None
+        if sc.integrity.fault_rate > 0:
+            self.injector = FaultInjector(list(sc.integrity.fault_kinds), np.random.default_rng([sc.seed, 7]))
+        self.pools: dict[str, list[Instance]] = {}
+        self.capacity = {}
+        rng_seed = 0
+        colocated = sc.deployment.mode == "colocated"
+        for name, pool in sc.deployment.pools().items():
+            cap = pool_capacity(sc.model, sc.hardware, pool)
+            self.capacity[name] = cap
+            if not cap.fits or cap.pages <= 0:
+                from simulator.errors import InputError
+
+                raise InputError(f"deployment.{name}: {cap.reason or 'no KV pages fit'}")
+            cost = CostModel(sc.model, sc.hardware, pool, self.profile, sc.integrity.enabled)
+            insts = []
+            for i in range(pool.instances):
+                rng_seed += 1
+                cache = PagedCache(cap.pages, pool.page_size, sc.prefix_cache.enabled)
+                tracker = CheckingTracker() if sc.integrity.enabled else NoopTracker()
+                prefill_only = name == "prefill"
+                sched = Scheduler(
+                    cache, max_running=pool.max_running, max_batch_tokens=pool.max_batch_tokens,
+                    chunk_size=pool.chunk_size, reserve_tokens=pool.decode_reserve_tokens,
+                    prefill_only=prefill_only, tracker=tracker,
+                    injector=None if prefill_only else self.injector,
+                    fault_rate=sc.integrity.fault_rate, rng=np.random.default_rng([sc.seed, 11, rng_seed]),
+                )
+                insts.append(Instance(self, name, i, pool, cache, sched, cost))
+            self.pools[name] = insts
+        self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
+        self.done = 0
+        self.kv_bytes_transfer = self._transfer_bytes_per_token()
+
+    def _transfer_bytes_per_token(self) -> float:
+        """Bytes of one token's KV for a whole instance (MLA: one latent copy; GQA: all KV heads)."""
+        if "prefill" not in self.pools:
+            return 0.0
+        pool = self.sc.deployment.prefill
+        assert pool is not None
+        per_gpu = self.capacity["prefill"].kv_bytes_per_token
+        return per_gpu if isinstance(self.sc.model.attention, MLA) else per_gpu * pool.tp
+
+    # -- traffic ---------------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.env.process(self._feed(self.source.initial()))
+        self.env.run()
+
+    def _feed(self, reqs: list[Request]):
+        for req in reqs:
+            if req.arrival > self.env.now:
+                yield self.env.timeout(req.arrival - self.env.now)
+            self.arrive(req)
+
+    def arrive(self, req: Request) -> None:
+        rec = Record(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
+        self.records[req.id] = rec
+        colocated = "prefill" not in self.pools
+        inst = self.router.decode(self.entry, req) if colocated else self.router.prefill(self.entry, req)
+        need = req.prompt_tokens + (req.output_tokens if colocated else 0)
+        if -(-need // inst.cache.page_size) > inst.cache.num_pages:
+            rec.status = "rejected"  # can never fit one instance, however long it waits
+            rec.finish = req.arrival
+            self._finished(req, req.arrival)
+            return
+        inst.sched.enqueue(inst.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
+        inst.notify(req.arrival)
+
+    def _finished(self, req: Request, t: float) -> None:
+        self.done += 1
+        if self.on_progress is not None:
+            self.on_progress(self.done)
+        nxt = self.source.on_complete(req, t)
+        if nxt is not None:
+            self.env.process(self._feed([nxt]))
+
+    # -- instance callbacks ----------------------------------------------------------------------------
+    def after_schedule(self, inst: Instance) -> None:
+        for seq in inst.sched.aborted:
+            rec = self.records[seq.req.id]
+            rec.status = "aborted"
+            rec.finish = inst.clock
+            self._finished(seq.req, inst.clock)
+        inst.sched.aborted.clear()
+
+    def on_events(self, inst: Instance, ev: StepEvents, ends: np.ndarray) -> None:
+        for seq, step in ev.first_tokens:
+            self.records[seq.req.id].first_token = float(ends[step])
+        for seq, step in ev.finished:
+            rec = self.records[seq.req.id]
+            rec.finish = float(ends[step])
+            rec.status = "completed"
+            self._finished(seq.req, rec.finish)
+        for seq, step in ev.prefilled:
+            self._hand_off(inst, seq, float(ends[step]))
+        if inst.pool_name == "decode" and inst.pending:
+            self.try_transfers(inst, inst.clock)
+
+    def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
+        req = pseq.req
+        if req.output_tokens <= 1:  # the prefill's own token was the whole answer
+            rec = self.records[req.id]
+            rec.first_token = rec.finish = t
+            rec.status = "completed"
+            src.sched.release(pseq)
+            src.notify(t)
+            self._finished(req, t)
+            return
+        dst = self.router.decode(self.pools["decode"], req)
+        dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1)
+        dseq.generated = 1
+        dst.pending.append((dseq, pseq, src))
+        self.try_transfers(dst, t)
+
+    def try_transfers(self, dst: Instance, t: float) -> None:
+        """FCFS: start transfers while the head of the queue finds room on the decode instance.
+
+        Pages are held on the decode side from the start of the transfer; the link moves one prompt at a
+        time (latency + bytes / bandwidth), in the order the transfers started.
+        """
+        tr = self.sc.deployment.transfer
+        while dst.pending and dst.sched.can_take_kv(dst.pending[0][0]):
+            dseq, pseq, src = dst.pending.popleft()
+            cached = dst.sched.take_kv(dseq)
+            self.records[dseq.req.id].cached_tokens = cached
+            tokens = dseq.req.prompt_tokens - cached
+            start = max(t, dst.link_free)
+            dst.link_free = start + tr.latency_ms / 1e3 + tokens * self.kv_bytes_transfer / (tr.bandwidth_gbs * 1e9)
+            self.env.process(self._transfer_done(dst, dseq, pseq, src, dst.link_free))
+
+    def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float):
+        yield self.env.timeout(max(0.0, end - self.env.now))
+        src.sched.release(pseq)
+        src.notify(end)
+        dst.sched.start_decode(dseq)
+        self.records[dseq.req.id].first_token = end
+        dst.notify(end)

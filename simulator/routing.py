@@ -1,0 +1,54 @@
+"""Which instance of a pool gets a request: the `routing.policy` of a scenario.
+
+Prefill instances are chosen to reuse cached prefixes where the policy cares about them, else by the
+least queued work; decode instances by the named policy. Ties break on the lowest index, so runs repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from simulator.request import Request
+from simulator.scheduler import Scheduler
+
+
+class Routable(Protocol):
+    index: int
+    sched: Scheduler
+
+    def queued_tokens(self) -> int: ...
+
+    def pending_pages(self) -> int: ...
+
+
+def _session_slot(req: Request, n: int) -> int | None:
+    return None if req.session is None else req.session % n
+
+
+def _prefix_pages(inst: Routable, req: Request) -> int:
+    return inst.sched.cache.match_prefix(inst.sched.keys_for(req))
+
+
+class Router:
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self._next = 0
+
+    def prefill(self, pool: Sequence[Routable], req: Request) -> Routable:
+        if self.policy == "session_affinity" and (slot := _session_slot(req, len(pool))) is not None:
+            return pool[slot]
+        if self.policy in ("prefix_aware", "session_affinity"):
+            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.queued_tokens(), i.index))
+        return min(pool, key=lambda i: (i.queued_tokens(), i.index))
+
+    def decode(self, pool: Sequence[Routable], req: Request) -> Routable:
+        if self.policy == "round_robin":
+            inst = pool[self._next % len(pool)]
+            self._next += 1
+            return inst
+        if self.policy == "session_affinity" and (slot := _session_slot(req, len(pool))) is not None:
+            return pool[slot]
+        if self.policy == "prefix_aware":
+            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.sched.cache.used, i.index))
+        return min(pool, key=lambda i: (i.sched.cache.used + i.pending_pages(), i.index))

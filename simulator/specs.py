@@ -1,0 +1,102 @@
+"""Model and hardware descriptions: the data a preset file holds.
+
+Kept apart from the scenario schema because memory accounting, the op list and the roofline all read
+them, while none of those care how a scenario names or overrides them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+WeightFormat = Literal["bf16", "fp8", "int4"]
+KVFormat = Literal["bf16", "fp8_e4m3"]
+Component = Literal[
+    "attention", "indexer", "dense_ffn", "routed_experts", "shared_experts", "router", "embedding", "lm_head",
+    "mtp", "norms",
+]
+
+
+class Strict(BaseModel):
+    """Every spec rejects unknown keys: a typo in YAML must not silently become a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MLA(Strict):
+    type: Literal["mla"] = "mla"
+    heads: PositiveInt
+    q_lora_rank: int = Field(ge=0)
+    kv_lora_rank: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+
+class GQA(Strict):
+    type: Literal["gqa"] = "gqa"
+    heads: PositiveInt
+    kv_heads: PositiveInt
+    head_dim: PositiveInt
+    qkv_bias: bool = False  # GLM-4.x carries biases on q/k/v (its config's attention_bias)
+    partial_rotary_factor: float = Field(1.0, gt=0, le=1)  # share of head_dim RoPE rotates (GLM-4.x: 0.5)
+
+
+class Indexer(Strict):
+    """DeepSeek Sparse Attention's lightning indexer: its own small attention, its own key cache."""
+
+    heads: PositiveInt
+    head_dim: PositiveInt
+    topk: PositiveInt
+    share_layers: PositiveInt = 1  # GLM-5.2's IndexShare: one indexer per this many layers
+    key_bytes: PositiveInt = 132  # FP8 key + fp32 scale per token per indexed layer
+
+
+class MoE(Strict):
+    routed_experts: PositiveInt
+    top_k: PositiveInt
+    shared_experts: int = Field(ge=0)
+    intermediate: PositiveInt
+
+
+class FormatRule(Strict):
+    """Which components a weight format quantizes; everything else stays BF16."""
+
+    components: list[Component]
+    group_size: PositiveInt | None = None
+
+
+class ModelSpec(Strict):
+    name: str
+    source: str = ""
+    layers: PositiveInt
+    dense_layers: int = Field(ge=0)
+    hidden: PositiveInt
+    vocab: PositiveInt
+    attention: MLA | GQA = Field(discriminator="type")
+    indexer: Indexer | None = None
+    dense_intermediate: PositiveInt
+    moe: MoE | None = None
+    mtp_layers: int = Field(0, ge=0)
+    tie_embeddings: bool = False
+    formats: dict[WeightFormat, FormatRule] = Field(default_factory=dict)
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.moe else 0
+
+
+class HardwareSpec(Strict):
+    name: str
+    source: str = ""
+    hbm_gib: PositiveFloat
+    hbm_gbs: PositiveFloat  # datasheet bandwidth
+    copy_gbs: PositiveFloat  # achievable device-to-device copy bandwidth
+    bf16_tflops: PositiveFloat  # achievable dense BF16 matrix rate
+    fp8_tflops: PositiveFloat
+    nvlink_gbs: PositiveFloat  # per-GPU unidirectional NVLink bandwidth
+    gpus_per_node: PositiveInt = 8
+    kernel_floor_us: PositiveFloat = 4.0  # launch + tail of one small kernel
+    allreduce_latency_us: PositiveFloat = 8.0
+    gpu_hour_usd: PositiveFloat = 3.5

@@ -1,0 +1,139 @@
+"""Paged KV cache: allocator invariants under random operation sequences (hypothesis state machine)."""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from simulator.cache import BlockTable, OutOfPages, PagedCache, page_keys
+
+PAGE = 4
+
+
+class CacheMachine(RuleBasedStateMachine):
+    """Sequences allocate, share cached prefixes, grow and free; the allocator must never double-book."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = PagedCache(num_pages=24, page_size=PAGE, prefix_caching=True)
+        self.live: dict[int, tuple[BlockTable, list]] = {}
+        self.next_id = 0
+
+    @rule(prefix=st.integers(0, 2), extra=st.integers(0, 3), length=st.integers(1, 5))
+    def admit(self, prefix: int, extra: int, length: int) -> None:
+        # Prompts built from a few shared block families, so identical prefixes really occur.
+        blocks = tuple(prefix * 1000 + i for i in range(length)) + tuple(9_000 + self.next_id * 10 + j
+                                                                         for j in range(extra))
+        keys = page_keys(blocks, PAGE, PAGE, len(blocks) * PAGE)
+        table = BlockTable()
+        hit = self.cache.acquire_prefix(table, keys)
+        try:
+            self.cache.allocate(table, len(keys) - hit)
+        except OutOfPages:
+            self.cache.release(table)
+            return
+        self.cache.publish(table, keys)
+        self.live[self.next_id] = (table, keys)
+        self.next_id += 1
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data(), n=st.integers(1, 3))
+    def grow(self, data: st.DataObject, n: int) -> None:
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        table, _ = self.live[sid]
+        if n <= self.cache.available:
+            self.cache.allocate(table, n)
+        else:
+            with pytest.raises(OutOfPages):
+                self.cache.allocate(table, n)
+
+    @precondition(lambda self: self.live)
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        sid = data.draw(st.sampled_from(sorted(self.live)))
+        table, _ = self.live.pop(sid)
+        self.cache.release(table)
+
+    @invariant()
+    def refcounts_match_holders(self) -> None:
+        held = np.zeros(self.cache.num_pages, dtype=np.int64)
+        for table, _ in self.live.values():
+            for p in table.live_pages().tolist():
+                held[p] += 1
+        assert (self.cache.refcount >= 0).all()
+        assert (held == self.cache.refcount).all()
+
+    @invariant()
+    def shared_pages_are_cached_prefixes(self) -> None:
+        # A page held by two live sequences must be a keyed (cached-prefix) page they both asked for.
+        owners: dict[int, list[int]] = {}
+        for sid, (table, _) in self.live.items():
+            for p in table.live_pages().tolist():
+                owners.setdefault(p, []).append(sid)
+        for page, sids in owners.items():
+            if len(sids) > 1:
+                key = self.cache.key_of.get(page)
+                assert key is not None, f"page {page} shared by {sids} without a prefix key"
+                for sid in sids:
+                    assert key in self.live[sid][1], "prefix hit on a sequence whose prefix differs"
+
+    @invariant()
+    def every_page_accounted_once(self) -> None:
+        free = set(self.cache.free)
+        cached = set(self.cache.cached)
+        held = {p for p in range(self.cache.num_pages) if self.cache.refcount[p] > 0}
+        assert not (free & cached) and not (free & held) and not (cached & held)
+        assert len(free) + len(cached) + len(held) == self.cache.num_pages
+        assert len(free) == len(self.cache.free), "a page is on the free list twice"
+
+    @invariant()
+    def prefix_hits_only_on_identical_keys(self) -> None:
+        for key, page in self.cache.page_of.items():
+            assert self.cache.key_of[page] == key
+
+
+TestCacheMachine = CacheMachine.TestCase
+TestCacheMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_freed_pages_come_back() -> None:
+    cache = PagedCache(num_pages=8, page_size=16, prefix_caching=False)
+    t = BlockTable()
+    cache.allocate(t, 8)
+    assert cache.available == 0
+    cache.release(t)
+    assert cache.available == 8 and sorted(cache.free) == list(range(8))
+
+
+def test_cached_prefix_is_evicted_lru_when_memory_is_needed() -> None:
+    cache = PagedCache(num_pages=4, page_size=4, prefix_caching=True)
+    a, b = BlockTable(), BlockTable()
+    keys_a = page_keys((1, 2), 4, 4, 8)
+    cache.allocate(a, 2)
+    cache.publish(a, keys_a)
+    cache.release(a)
+    assert len(cache.cached) == 2 and cache.available == 4
+    cache.allocate(b, 3)  # takes both free pages, then evicts the oldest cached one
+    assert cache.match_prefix(keys_a) == 0  # the first page of the prefix is gone, so nothing matches
+
+
+def test_tags_are_unique_across_pages_and_reallocations() -> None:
+    cache = PagedCache(num_pages=4, page_size=4, prefix_caching=False)
+    seen = set()
+    for _ in range(5):
+        t = BlockTable()
+        cache.allocate(t, 4)
+        tags = t.live_tags().tolist()
+        assert not seen & set(tags)
+        seen |= set(tags)
+        cache.release(t)
+
+
+def test_page_keys_need_whole_known_blocks() -> None:
+    # 512-token blocks, 64-token pages: a 1000-token prompt with 1 known block gives 8 keyed pages.
+    keys = page_keys((11,), 512, 64, 1000)
+    assert len(keys) == 8 and keys[-1] == (11, 0) and keys[0] == (11, 64)
+    assert page_keys((), 512, 64, 1000) == []
