@@ -27,12 +27,17 @@ class BlockTable:
     n: int = 0
 
     def append(self, page: int, tag: int) -> None:
-        if self.n == len(self.pages):
-            self.pages = np.concatenate([self.pages, np.empty(self.n, dtype=np.int64)])
-            self.tags = np.concatenate([self.tags, np.empty(self.n, dtype=np.int64)])
-        self.pages[self.n] = page
-        self.tags[self.n] = tag
-        self.n += 1
+        self.extend(np.array([page]), np.array([tag]))
+
+    def extend(self, pages: np.ndarray, tags: np.ndarray) -> None:
+        end = self.n + len(pages)
+        if end > len(self.pages):
+            size = max(end, 2 * len(self.pages))
+            self.pages = np.concatenate([self.pages[: self.n], np.empty(size - self.n, dtype=np.int64)])
+            self.tags = np.concatenate([self.tags[: self.n], np.empty(size - self.n, dtype=np.int64)])
+        self.pages[self.n : end] = pages
+        self.tags[self.n : end] = tags
+        self.n = end
 
     def live_pages(self) -> np.ndarray:
         return self.pages[: self.n]
@@ -91,10 +96,24 @@ class PagedCache:
         self.next_tag += 1
 
     def allocate(self, table: BlockTable, count: int) -> None:
-        """Append `count` fresh pages to a table, each recorded with its new generation tag."""
+        """Append `count` fresh pages to a table, each recorded with its new generation tag.
+
+        Free pages go first, in bulk; only what they cannot cover is evicted from the cached prefixes, oldest
+        first.
+        """
         if count > self.available:
             raise OutOfPages
-        for _ in range(count):
+        bulk = min(count, len(self.free))
+        if bulk:
+            cut = len(self.free) - bulk
+            pages = np.array(self.free[cut:][::-1], dtype=np.int64)  # pop() order: low page ids first
+            del self.free[cut:]
+            tags = np.arange(self.next_tag, self.next_tag + bulk, dtype=np.int64)
+            self.next_tag += bulk
+            self.tag[pages] = tags
+            self.refcount[pages] = 1
+            table.extend(pages, tags)
+        for _ in range(count - bulk):
             page = self._take()
             table.append(page, int(self.tag[page]))
 
@@ -137,16 +156,17 @@ class PagedCache:
         `skip` names table slots the sequence no longer owns (a stale mapping found by the integrity check):
         releasing those would free another sequence's page.
         """
-        for slot, page in enumerate(table.live_pages().tolist()):
-            if slot in skip:
-                continue
-            self.refcount[page] -= 1
-            assert self.refcount[page] >= 0, f"page {page} refcount below zero"
-            if self.refcount[page] == 0:
-                if page in self.key_of:
-                    self.cached[page] = None
-                else:
-                    self.free.append(page)
+        pages = table.live_pages()
+        if skip:
+            pages = np.delete(pages, sorted(skip))
+        self.refcount[pages] -= 1  # a table never lists a page twice
+        rc = self.refcount[pages]
+        assert (rc >= 0).all(), "page refcount below zero"
+        for page in pages[rc == 0].tolist():
+            if page in self.key_of:
+                self.cached[page] = None
+            else:
+                self.free.append(page)
         table.n = 0
 
     def force_free(self, page: int) -> None:

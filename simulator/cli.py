@@ -15,7 +15,8 @@ from rich.table import Table
 from simulator import loader, report
 from simulator.errors import InputError
 
-console = Console(highlight=False)
+# Reports are tables wider than 80 columns; when piped, do not squeeze them to a terminal that is not there.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 set_option = click.option(
     "--set", "sets", multiple=True, metavar="PATH=VALUE",
@@ -25,8 +26,11 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 scenario_arg = click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 
 
-def dump(doc: Any) -> str:
-    return json.dumps(doc, indent=2, sort_keys=False, allow_nan=False)
+def dump(doc: Any, compact: bool = False) -> str:
+    """Results as JSON; sweeps are compact, since a point carries its whole resolved scenario."""
+    if compact:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    return json.dumps(doc, indent=2, allow_nan=False)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,9 +121,9 @@ def sweep(scenario: Path, as_json: bool, out: Path, jobs: int, sets: tuple[str, 
     results = [{"point": p, **d} for p, d in zip(pts, docs, strict=True)]
     csv_path = out / f"{scenario.stem}-sweep.csv"
     write_atomic(csv_path, to_csv(results))
-    write_atomic(out / f"{scenario.stem}-sweep.json", dump(results) + "\n")
+    write_atomic(out / f"{scenario.stem}-sweep.json", dump(results, compact=True) + "\n")
     if as_json:
-        click.echo(dump(results))
+        click.echo(dump(results, compact=True))
     else:
         report.print_sweep(console, sc, results, csv_path)
 

@@ -49,8 +49,17 @@ class InstanceStats:
     busy_s: float = 0.0
     steps: int = 0
     max_batch: int = 0
-    occ_t: list[float] = field(default_factory=list)
-    occ_v: list[float] = field(default_factory=list)
+    # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
+    # was cut into segments, and the occupancy curve is their running sum in time order.
+    page_t: list[np.ndarray] = field(default_factory=list)
+    page_d: list[np.ndarray] = field(default_factory=list)
+
+    def pages_changed(self, t: float | np.ndarray, delta: int | np.ndarray) -> None:
+        t, delta = np.atleast_1d(t), np.atleast_1d(delta)
+        keep = delta != 0
+        if keep.any():
+            self.page_t.append(np.asarray(t, dtype=float)[keep])
+            self.page_d.append(np.asarray(delta, dtype=np.int64)[keep])
 
 
 class Instance:
@@ -91,15 +100,16 @@ class Instance:
             chunks = [(c, s.computed) for s, c in plan.prefill]
             t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
             return np.array([t])
-        ctx, pages = self.sched.context_totals(plan.decode, n)
+        ctx, pages = self.sched.context_totals(plan.idx, n)
         return self.cost.decode_step_s(len(plan.decode), ctx, pages)
 
     def _loop(self):
         env, sched, st = self.env, self.sched, self.stats
         while True:
+            used = self.cache.used
             plan = sched.schedule()
+            st.pages_changed(self.clock, self.cache.used - used)
             self.sim.after_schedule(self)
-            self._record_occupancy()
             if plan.empty:
                 self.wake = env.event()
                 yield self.wake
@@ -114,19 +124,16 @@ class Instance:
                 m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
+            used = self.cache.used
+            growth = sched.page_growth(plan.idx, m) if plan.decode else np.zeros(1, dtype=np.int64)
             ev = sched.advance(plan, m)
+            st.pages_changed(ends[:m], np.diff(growth, prepend=0))  # each step's new pages, at its end
+            st.pages_changed(ends[m - 1], self.cache.used - used - int(growth[-1]))  # completions' releases
             st.busy_s += float(ends[m - 1] - self.clock)
             st.steps += m
             st.max_batch = max(st.max_batch, len(plan.decode))
             self.clock = float(ends[m - 1])
             self.sim.on_events(self, ev, ends)
-
-    def _record_occupancy(self) -> None:
-        st = self.stats
-        occ = self.cache.used / self.cache.num_pages
-        if not st.occ_v or st.occ_v[-1] != occ:
-            st.occ_t.append(self.clock)
-            st.occ_v.append(occ)
 
 
 class Simulation:
@@ -198,15 +205,23 @@ class Simulation:
         rec = Record(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
         self.records[req.id] = rec
         colocated = "prefill" not in self.pools
-        inst = self.router.decode(self.entry, req) if colocated else self.router.prefill(self.entry, req)
-        need = req.prompt_tokens + (req.output_tokens if colocated else 0)
-        if -(-need // inst.cache.page_size) > inst.cache.num_pages:
-            rec.status = "rejected"  # can never fit one instance, however long it waits
+        if not self._can_ever_fit(req):
+            rec.status = "rejected"  # no instance could ever hold it, however long it waited
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
+        inst = self.router.decode(self.entry, req) if colocated else self.router.prefill(self.entry, req)
         inst.sched.enqueue(inst.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
         inst.notify(req.arrival)
+
+    def _can_ever_fit(self, req: Request) -> bool:
+        """The prompt must fit an empty prefill instance, and prompt + output an empty decode instance."""
+        full = req.prompt_tokens + req.output_tokens
+        for name, insts in self.pools.items():
+            cache = insts[0].cache
+            if -(-(req.prompt_tokens if name == "prefill" else full) // cache.page_size) > cache.num_pages:
+                return False
+        return True
 
     def _finished(self, req: Request, t: float) -> None:
         self.done += 1
@@ -224,6 +239,8 @@ class Simulation:
             rec.finish = inst.clock
             self._finished(seq.req, inst.clock)
         inst.sched.aborted.clear()
+        if inst.pending:  # aborts and preemptions free pages too
+            self.try_transfers(inst, inst.clock)
 
     def on_events(self, inst: Instance, ev: StepEvents, ends: np.ndarray) -> None:
         for seq, step in ev.first_tokens:
@@ -235,7 +252,7 @@ class Simulation:
             self._finished(seq.req, rec.finish)
         for seq, step in ev.prefilled:
             self._hand_off(inst, seq, float(ends[step]))
-        if inst.pool_name == "decode" and inst.pending:
+        if inst.pending:
             self.try_transfers(inst, inst.clock)
 
     def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
@@ -244,7 +261,7 @@ class Simulation:
             rec = self.records[req.id]
             rec.first_token = rec.finish = t
             rec.status = "completed"
-            src.sched.release(pseq)
+            self._release(src, pseq, t)
             src.notify(t)
             self._finished(req, t)
             return
@@ -263,16 +280,23 @@ class Simulation:
         tr = self.sc.deployment.transfer
         while dst.pending and dst.sched.can_take_kv(dst.pending[0][0]):
             dseq, pseq, src = dst.pending.popleft()
+            used = dst.cache.used
             cached = dst.sched.take_kv(dseq)
+            dst.stats.pages_changed(t, dst.cache.used - used)
             self.records[dseq.req.id].cached_tokens = cached
             tokens = dseq.req.prompt_tokens - cached
             start = max(t, dst.link_free)
             dst.link_free = start + tr.latency_ms / 1e3 + tokens * self.kv_bytes_transfer / (tr.bandwidth_gbs * 1e9)
             self.env.process(self._transfer_done(dst, dseq, pseq, src, dst.link_free))
 
+    def _release(self, src: Instance, pseq: Seq, t: float) -> None:
+        used = src.cache.used
+        src.sched.release(pseq)
+        src.stats.pages_changed(t, src.cache.used - used)
+
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float):
         yield self.env.timeout(max(0.0, end - self.env.now))
-        src.sched.release(pseq)
+        self._release(src, pseq, end)
         src.notify(end)
         dst.sched.start_decode(dseq)
         self.records[dseq.req.id].first_token = end

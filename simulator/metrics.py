@@ -27,12 +27,18 @@ def _occupancy(sim: Simulation, end: float) -> dict[str, Any]:
     grid = np.linspace(0.0, end, SERIES_POINTS + 1)
     mean_total, peak, series = 0.0, 0.0, np.zeros(SERIES_POINTS + 1)
     for inst in insts:
-        t = np.asarray(inst.stats.occ_t + [end])
-        v = np.asarray(inst.stats.occ_v + [inst.stats.occ_v[-1] if inst.stats.occ_v else 0.0])
-        dt = np.diff(np.clip(t, 0, end))
-        mean_total += float((v[:-1] * dt).sum()) / end
+        st = inst.stats
+        t = np.concatenate(st.page_t) if st.page_t else np.zeros(0)
+        d = np.concatenate(st.page_d) if st.page_d else np.zeros(0, dtype=np.int64)
+        order = np.argsort(t, kind="stable")
+        times, first = np.unique(t[order], return_index=True)  # same-time changes are summed before any max
+        sums = np.add.reduceat(d[order], first) if t.size else np.zeros(0, dtype=np.int64)
+        v = np.concatenate([[0], np.cumsum(sums)]) / inst.cache.num_pages
+        times = np.concatenate([[0.0], times, [end]])
+        dt = np.diff(np.clip(times, 0, end))
+        mean_total += float((v * dt).sum()) / end
         peak = max(peak, float(v.max()))
-        series += v[np.clip(np.searchsorted(t, grid, side="right") - 1, 0, len(v) - 1)]
+        series += v[np.clip(np.searchsorted(times, grid, side="right") - 1, 0, len(v) - 1)]
     n = len(insts)
     return {
         "mean": round(mean_total / n, 4),

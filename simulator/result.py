@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ def simulate(sc: Scenario, base_dir: Path | None = None, *, step_mode: bool = Fa
         "clock": "modeled",
         "scenario": sc.model_dump(mode="json", exclude={"sweep"}),
         "provenance": sim.profile.provenance(),
-        "capacity": {name: cap.as_dict() for name, cap in sim.capacity.items()},
+        "capacity": {name: asdict(cap) for name, cap in sim.capacity.items()},
         "metrics": build_metrics(sim),
         "integrity": build_integrity(sim),
     }

@@ -22,28 +22,64 @@ from simulator.integrity import CheckingTracker, Fault, FaultInjector, NoopTrack
 from simulator.request import Request
 
 
+class SeqArrays:
+    """Per-sequence progress as arrays, so a run of k decode steps updates a whole batch in a few numpy ops.
+
+    A sequence gets a slot for its life on the instance; slots are never reused (a run holds a few thousand
+    sequences per instance, a few hundred kB at most), so a finished sequence can still be read.
+    """
+
+    FIELDS = ("computed", "remaining", "generated", "fault_in")
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.n = 0
+        for f in self.FIELDS:
+            setattr(self, f, np.zeros(capacity, dtype=np.int64))
+
+    def new_slot(self) -> int:
+        if self.n == len(self.computed):
+            for f in self.FIELDS:
+                setattr(self, f, np.concatenate([getattr(self, f), np.zeros(self.n, dtype=np.int64)]))
+        self.n += 1
+        return self.n - 1
+
+
+def _array_field(name: str) -> property:
+    def get(self: Seq) -> int:
+        return int(getattr(self.arrays, name)[self.slot])
+
+    def set_(self: Seq, value: int) -> None:
+        getattr(self.arrays, name)[self.slot] = value
+
+    return property(get, set_)
+
+
 @dataclass(eq=False)
 class Seq:
     """A request's life on one instance."""
 
     req: Request
     target: int  # tokens whose KV must be in cache before decoding (prompt, or prompt + output on recompute)
-    remaining: int  # output tokens this instance still has to produce
+    arrays: SeqArrays
+    slot: int
     decode_only: bool = False  # arrived with its KV (disaggregated decode): never prefills here unless preempted
     table: BlockTable = field(default_factory=BlockTable)
-    computed: int = 0
     keys: list[PageKey] = field(default_factory=list)
     order: int = 0  # admission order: preemption takes the newest first
-    fault_in: int = -1  # decode steps left before an injected fault (-1: none planned)
     fault: Fault | None = None
-    generated: int = 0
     status: str = "waiting"  # waiting | prefill | transfer | decode | prefilled | done | aborted
+
+    computed = _array_field("computed")  # tokens whose KV is in this instance's cache
+    remaining = _array_field("remaining")  # output tokens this instance still has to produce
+    generated = _array_field("generated")  # output tokens produced so far (recompute must redo them)
+    fault_in = _array_field("fault_in")  # decode steps before an injected fault (-1: none planned)
 
 
 @dataclass
 class Plan:
     prefill: list[tuple[Seq, int]] = field(default_factory=list)  # (sequence, tokens of this chunk)
     decode: list[Seq] = field(default_factory=list)
+    idx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # the decode batch's slots
 
     @property
     def empty(self) -> bool:
@@ -98,13 +134,19 @@ class Scheduler:
         self.rng = rng
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
+        self.arrays = SeqArrays()
+        self._decode: list[Seq] = []
+        self._decode_idx = np.zeros(0, dtype=np.int64)
+        self._decode_dirty = False
         self.counters = Counters()
         self.aborted: list[Seq] = []
         self._order = 0
 
     # -- entry points ------------------------------------------------------------------------------
     def new_seq(self, req: Request, target: int, remaining: int) -> Seq:
-        seq = Seq(req, target=target, remaining=remaining)
+        seq = Seq(req, target=target, arrays=self.arrays, slot=self.arrays.new_slot())
+        seq.remaining = remaining
+        seq.fault_in = -1
         seq.keys = self.keys_for(req)
         return seq
 
@@ -135,7 +177,7 @@ class Scheduler:
 
     def start_decode(self, seq: Seq) -> None:
         """Transfer finished: the sequence joins the decode batch."""
-        seq.status = "decode"
+        self._set_status(seq, "decode")
         self.cache.publish(seq.table, seq.keys)
 
     def release(self, seq: Seq) -> None:
@@ -148,10 +190,10 @@ class Scheduler:
         self._admit_waiting()
         plan = Plan()
         budget = self.max_batch_tokens
-        plan.decode = [s for s in self.running if s.status == "decode"]
-        while plan.decode and self._pages_for_next_step(plan.decode) > self.cache.available:
+        plan.decode, plan.idx = self._decode_batch()
+        while plan.decode and int(self.page_growth(plan.idx, 1)[0]) > self.cache.available:
             self._preempt_newest()
-            plan.decode = [s for s in self.running if s.status == "decode"]
+            plan.decode, plan.idx = self._decode_batch()
         budget -= len(plan.decode)
         for seq in self.running:
             if seq.status == "prefill" and budget > 0:
@@ -164,35 +206,35 @@ class Scheduler:
         """Identical decode steps that can follow: until a completion, a page shortfall or a planned fault."""
         if plan.prefill or not plan.decode:
             return 1 if not plan.empty else 0
-        n = min(limit, min(s.remaining for s in plan.decode))
-        faults = [s.fault_in for s in plan.decode if s.fault_in >= 0]
-        if faults:
-            n = min(n, max(1, min(faults)))
-        new_pages = self.page_growth(plan.decode, n)
+        a, idx = self.arrays, plan.idx
+        n = min(limit, int(a.remaining[idx].min()))
+        faults = a.fault_in[idx]
+        faults = faults[faults >= 0]
+        if faults.size:
+            n = min(n, max(1, int(faults.min())))
+        new_pages = self.page_growth(idx, n)
         if new_pages[-1] > self.cache.available:
             n = max(1, int(np.searchsorted(new_pages, self.cache.available, side="right")))
         return n
 
-    def page_growth(self, batch: list[Seq], n: int) -> np.ndarray:
+    def page_growth(self, idx: np.ndarray, n: int) -> np.ndarray:
         """Cumulative new pages the batch needs after each of the next n decode steps (O(n + batch))."""
         ps = self.cache.page_size
         # A sequence with c cached tokens needs a new page at step s (0-based) when c + 1 + s ≡ 1 (mod ps).
-        offsets = np.fromiter(((-s.computed) % ps for s in batch), dtype=np.int64, count=len(batch))
-        per_offset = np.bincount(offsets, minlength=ps)
-        return np.cumsum(np.resize(per_offset, n))
+        per_offset = np.bincount((-self.arrays.computed[idx]) % ps, minlength=ps)
+        return np.cumsum(per_offset[:n] if n <= ps else np.resize(per_offset, n))
 
-    def context_totals(self, batch: list[Seq], n: int) -> tuple[np.ndarray, np.ndarray]:
+    def context_totals(self, idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Total context and total pages the batch reads at each of the next n steps (for pricing)."""
-        c0 = sum(s.computed for s in batch)
-        p0 = sum(s.table.n for s in batch)
+        ps = self.cache.page_size
+        c = self.arrays.computed[idx]
         steps = np.arange(1, n + 1, dtype=np.int64)
-        pages = p0 + self.page_growth(batch, n)
-        return c0 + len(batch) * steps, pages
+        pages = int(((c + ps - 1) // ps).sum()) + self.page_growth(idx, n)
+        return int(c.sum()) + len(idx) * steps, pages
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
         for seq, chunk in plan.prefill:  # prefill plans are one step long
-            self._grow(seq, seq.computed + chunk)
             seq.computed += chunk
             if seq.computed < seq.target:
                 continue
@@ -205,32 +247,55 @@ class Scheduler:
                 seq.generated = 1  # the last prefill step samples the first output token
                 seq.remaining -= 1
                 ev.first_tokens.append((seq, 0))
-                self._after_token(seq, 0, ev)
+                if seq.remaining <= 0:
+                    self._finish(seq, 0, ev)
+                else:
+                    self._set_status(seq, "decode")
             else:
-                seq.status = "decode"  # recomputed after preemption: resume decoding
+                self._set_status(seq, "decode")  # recomputed after preemption: resume decoding
         if plan.decode:
-            ev.checked_pages = int(self.context_totals(plan.decode, k)[1].sum()) if self.tracker.enabled else 0
-            self.counters.checked_pages += ev.checked_pages
-        for seq in plan.decode:
-            self._grow(seq, seq.computed + k)
-            seq.computed += k
-            seq.generated += k
-            seq.remaining -= k
-            if seq.fault_in >= 0:
-                seq.fault_in -= k
-            self._after_token(seq, k - 1, ev)
+            self._advance_decode(plan, k, ev)
         return ev
 
+    def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
+        a, idx, ps = self.arrays, plan.idx, self.cache.page_size
+        if self.tracker.enabled:
+            ev.checked_pages = int(self.context_totals(idx, k)[1].sum())
+            self.counters.checked_pages += ev.checked_pages
+        old = a.computed[idx]
+        new = old + k
+        a.computed[idx] = new
+        a.generated[idx] += k
+        a.remaining[idx] -= k
+        f = a.fault_in[idx]
+        a.fault_in[idx] = np.where(f >= 0, f - k, f)
+        # Decode tables hold exactly ceil(computed / page_size) pages, so growth is a difference of ceilings.
+        need = (new + ps - 1) // ps - (old + ps - 1) // ps
+        for j in np.flatnonzero(need).tolist():
+            self.cache.allocate(plan.decode[j].table, int(need[j]))
+        for j in np.flatnonzero(a.remaining[idx] <= 0).tolist():
+            self._finish(plan.decode[j], k - 1, ev)
+
     # -- internals ---------------------------------------------------------------------------------
-    def _after_token(self, seq: Seq, step: int, ev: StepEvents) -> None:
-        if seq.remaining <= 0:
-            seq.status = "done"
-            self.running.remove(seq)
-            self.cache.publish(seq.table, seq.keys)
-            release_after_fault(seq.table, self.cache, seq.fault)
-            ev.finished.append((seq, step))
-        else:
-            seq.status = "decode"
+    def _finish(self, seq: Seq, step: int, ev: StepEvents) -> None:
+        self._set_status(seq, "done")
+        self.running.remove(seq)
+        self.cache.publish(seq.table, seq.keys)
+        release_after_fault(seq.table, self.cache, seq.fault)
+        ev.finished.append((seq, step))
+
+    def _set_status(self, seq: Seq, status: str) -> None:
+        if "decode" in (seq.status, status):
+            self._decode_dirty = True
+        seq.status = status
+
+    def _decode_batch(self) -> tuple[list[Seq], np.ndarray]:
+        """The decode batch in running order, rebuilt only when a sequence joined or left it."""
+        if self._decode_dirty:
+            self._decode = [s for s in self.running if s.status == "decode"]
+            self._decode_idx = np.array([s.slot for s in self._decode], dtype=np.int64)
+            self._decode_dirty = False
+        return self._decode, self._decode_idx
 
     def _grow(self, seq: Seq, tokens: int) -> None:
         need = self._pages(tokens) - seq.table.n
@@ -239,9 +304,6 @@ class Scheduler:
 
     def _pages(self, tokens: int) -> int:
         return -(-tokens // self.cache.page_size)
-
-    def _pages_for_next_step(self, batch: list[Seq]) -> int:
-        return int(self.page_growth(batch, 1)[0])
 
     def _admit(self, seq: Seq) -> None:
         self._order += 1
@@ -270,6 +332,7 @@ class Scheduler:
 
     def _preempt_newest(self) -> None:
         victim = max((s for s in self.running if s.status in ("decode", "prefill")), key=lambda s: s.order)
+        self._set_status(victim, "waiting")
         self.running.remove(victim)
         release_after_fault(victim.table, self.cache, victim.fault)
         victim.fault = None
@@ -278,10 +341,9 @@ class Scheduler:
         victim.decode_only = False
         self.counters.preempted += 1
         self.waiting.appendleft(victim)
-        victim.status = "waiting"
 
     def _check_integrity(self) -> None:
-        batch = [s for s in self.running if s.status == "decode"]
+        batch, _ = self._decode_batch()
         if self.injector is not None:
             for seq in batch:
                 if seq.fault_in == 0 and seq.fault is None:
@@ -299,7 +361,7 @@ class Scheduler:
             self.counters.aborts.append((seq.req.id, v.slot, v.kind))
             self.running.remove(seq)
             release_after_fault(seq.table, self.cache, seq.fault)
-            seq.status = "aborted"
+            self._set_status(seq, "aborted")
             self.aborted.append(seq)
 
     def occupancy(self) -> float:

@@ -1,0 +1,435 @@
+"""Step times of one serving instance: the step's op list priced by a profile, the roofline where none covers.
+
+The engine prices runs of identical decode steps whose total context grows by `batch` each step, so a decode
+step splits into what depends only on the batch (GEMMs, norms, all-reduces, KV writes: priced once per batch
+size and cached) and what moves with the context (attention, the DSA indexer) or the pages (the integrity
+check): those are evaluated on the whole array of steps at once. A single decode-only step (`step_s` without
+chunks) goes through the same arithmetic, so pricing n steps at once or one by one gives bit-identical times.
+
+A step with prefill chunks is priced as the sum of its parts (`ops.step_lines` and friends): the lines —
+ops that depend on one count of the step only (its tokens, its sampled rows, its MLA-absorbed rows) —
+priced for every count at once, a block of counts at a time, on first use; the decode batch's attention
+at its context and pages (the decode plan's parts); and each chunk's own ops, remembered per
+(tokens, context before). Chunk sizes are continuous, so pricing `step_ops` whole per step would rebuild
+and price ~40 ops each time; the parts reuse everything but the chunks' few attention ops. Each op is
+priced by the same function as in a whole-list pricing; only the order of the sum differs, so a mixed step
+equals its whole-list price to rounding (~1e-15 relative) and is the same on every call.
+
+Every priced second is booked to where it came from — a profile table, the roofline fallback, or a
+collective (always modeled) — so a report can say how much of its step time was measured. Booking is exact
+per call: each part keeps its seconds by source and its fallback op counts alongside its time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator import roofline
+from simulator.ops import (
+    COLLECTIVES,
+    DECODE_CONTEXT_FAMILIES,
+    LINES,
+    Op,
+    Shape,
+    Spec,
+    chunk_ops,
+    context_cap,
+    line_ops,
+    step_lines,
+    step_ops,
+)
+from simulator.profile import AXES, Curve, Profile
+from simulator.scenario import Pool
+from simulator.specs import HardwareSpec, ModelSpec
+
+SOURCES = ("table", "fallback", "collective")
+ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
+VARYING = DECODE_CONTEXT_FAMILIES | {"integrity_check"}
+CHUNK_CACHE = 1 << 16  # chunks remembered (a prompt's full-size chunks repeat; its last one rarely does)
+LINE_BLOCK = 1024  # counts a line is priced for at once
+
+
+@dataclass
+class Usage:
+    """Seconds of step time priced from each source, and how many op pricings fell back, by family."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0.0))
+    fallback_ops: Counter[str] = field(default_factory=Counter)
+
+    def shares(self) -> dict[str, float]:
+        total = sum(self.seconds.values())
+        return {k: (v / total if total else 0.0) for k, v in self.seconds.items()}
+
+
+@dataclass
+class _Fixed:
+    """Ops whose time does not move with the decode context: summed once."""
+
+    us: float = 0.0
+    by_source: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0.0))
+    by_family: dict[str, float] = field(default_factory=dict)
+    fallbacks: Counter[str] = field(default_factory=Counter)
+
+
+class _Varying:
+    """`count` ops of one shape whose `key` (context or pages) varies from step to step.
+
+    Their roofline is affine in that key on each side of the max (bytes and FLOPs both grow linearly with
+    the context or the pages read), so it is kept as two lines and evaluated without rebuilding the work.
+    `cap` bounds the key first (DSA: the main attention reads at most top-k keys).
+    """
+
+    def __init__(self, family: str, shape: dict[str, Any], count: int, key: str, cap: float | None,
+                 curve: Curve | None, hw: HardwareSpec) -> None:
+        self.family, self.count, self.key, self.cap = family, count, key, cap
+        self.curve = None if curve is None else curve.scaled(count)  # all `count` ops
+        (m0, c0, self.floor), (m1, c1, _) = (roofline.terms_us(family, {**shape, key: x}, hw) for x in (0, 1))
+        self.mem0, self.mem1, self.mma0, self.mma1 = m0, m1 - m0, c0, c1 - c0
+        m, c, _ = roofline.terms_us(family, {**shape, key: 4096}, hw)
+        assert math.isclose(m, m0 + 4096 * self.mem1) and math.isclose(c, c0 + 4096 * self.mma1), family
+        # Memory-bound at every x ≥ 0: the roofline is one line, and uncapped lines add up.
+        self.membound = c0 <= m0 and self.mma1 <= self.mem1
+        self.line = self.membound and self.cap is None and self.curve is None
+
+    def at(self, x: np.ndarray) -> np.ndarray:
+        """Microseconds of the `count` ops at each x: the table, NaN where it does not reach."""
+        return self.curve.us(x) if self.curve is not None else self.roof(x)
+
+    def roof(self, x: np.ndarray) -> np.ndarray:
+        if self.membound:
+            return (self.mem0 + self.floor + self.mem1 * x) * self.count
+        return (np.maximum(self.mem0 + self.mem1 * x, self.mma0 + self.mma1 * x) + self.floor) * self.count
+
+
+class _DecodePlan:
+    """Steps of one shape (decode batch size, prefill chunks): fixed ops, and ops that move with the decode
+    context and pages.
+
+    Roofline parts that are one line fold into `a + b·ctx_total + c·pages`; the rest are added part by part.
+    A step where a table does not reach is priced again with those parts on the roofline, by the same
+    arithmetic in the same order, so pricing one step or many gives bit-identical times.
+    """
+
+    def __init__(self, batch: int, fixed: _Fixed, parts: list[_Varying]) -> None:
+        self.batch, self.fixed = batch, fixed
+        self.all_parts = parts
+        lines = [v for v in parts if v.line]
+        self.parts = [v for v in parts if not v.line]
+        self.tabled = any(v.curve is not None for v in parts)
+        self.a = fixed.us + sum(v.count * (v.mem0 + v.floor) for v in lines)
+        self.b = sum(v.count * v.mem1 for v in lines if v.key == "context") / max(batch, 1)
+        self.c = sum(v.count * v.mem1 for v in lines if v.key == "pages")
+        self.fallbacks = list((fixed.fallbacks + Counter({v.family: v.count for v in lines})).items())
+        self.by_source = [(src, us * 1e-6) for src, us in fixed.by_source.items() if us]
+
+    def us(self, ctx_total: np.ndarray, pages: np.ndarray, usage: Usage) -> np.ndarray:
+        """Microseconds of each step; books every priced second to its source in `usage`."""
+        n = ctx_total.size
+        us, roof_us = self._add(ctx_total, pages, None)
+        total = float(us.sum())
+        if np.isnan(total):
+            us, roof_us = self._add(ctx_total, pages, usage)
+            total = float(us.sum())
+        var_us = total - self.fixed.us * n
+        if not self.tabled:
+            roof_us = var_us
+        elif self.a != self.fixed.us or self.b or self.c:  # what the folded roofline lines added
+            roof_us += (self.a - self.fixed.us) * n + self.b * float(ctx_total.sum()) + self.c * float(pages.sum())
+        seconds = usage.seconds
+        seconds["table"] += (var_us - roof_us) * 1e-6
+        seconds["fallback"] += roof_us * 1e-6
+        for src, fixed_s in self.by_source:
+            seconds[src] += fixed_s * n
+        for fam, k in self.fallbacks:
+            usage.fallback_ops[fam] += k * n
+        return us
+
+    def _add(self, ctx_total: np.ndarray, pages: np.ndarray, misses: Usage | None) -> tuple[np.ndarray, float]:
+        """The steps' microseconds and the roofline part of the unfolded parts; with `misses`, steps a table
+        does not reach are priced on the roofline (and counted there), else they come out NaN."""
+        us = self.a + self.b * ctx_total
+        if self.c:
+            us += self.c * pages
+        roof_us = 0.0
+        if self.parts:
+            ctx = ctx_total / max(self.batch, 1)
+            for v in self.parts:
+                x = pages if v.key == "pages" else ctx
+                if v.cap is not None:
+                    x = np.minimum(x, v.cap)
+                t = v.at(x)
+                if v.curve is None:
+                    roof_us += float(t.sum())
+                elif misses is not None:
+                    miss = np.isnan(t)
+                    if miss.any():
+                        t[miss] = v.roof(x[miss])
+                        roof_us += float(t[miss].sum())
+                        misses.fallback_ops[v.family] += int(miss.sum()) * v.count
+                us += t
+        return us, roof_us
+
+
+@dataclass
+class _Priced:
+    """Microseconds of a list of ops at n step sizes at once, by source, by family, and the fallback op counts."""
+
+    us: np.ndarray
+    by_source: dict[str, np.ndarray]
+    by_family: dict[str, np.ndarray]
+    fallbacks: dict[str, np.ndarray]
+
+
+class _Line:
+    """One line (`ops.step_lines`) priced at every count 0, 1, 2, …, a block of counts at a time on first use.
+
+    Kept as plain Python tuples per count (microseconds; table, fallback, collective microseconds; fallback
+    op counts by family): reading one is a list index, where numpy scalars would cost microseconds a step.
+    """
+
+    def __init__(self, price: Callable[[np.ndarray], _Priced]) -> None:
+        self.price = price
+        self.rows: list[_Part | None] = []
+
+    def book(self, x: int, usage: Usage) -> float:
+        """Microseconds at count `x`; books its seconds and fallback ops in `usage`."""
+        row = self.rows[x] if x < len(self.rows) else None
+        if row is None:
+            row = self._fill(x // LINE_BLOCK)[x % LINE_BLOCK]
+        return row.book(usage)
+
+    def _fill(self, block: int) -> list[_Part]:
+        lo, hi = block * LINE_BLOCK, (block + 1) * LINE_BLOCK
+        if len(self.rows) < hi:
+            self.rows.extend([None] * (hi - len(self.rows)))
+        p = self.price(np.arange(lo, hi, dtype=np.int64))
+        fams = [(f, k.tolist()) for f, k in p.fallbacks.items()]
+        rows = [_Part(us, table, fallback, collective, tuple((f, k[i]) for f, k in fams if k[i]))
+                for i, (us, table, fallback, collective) in enumerate(zip(
+                    p.us.tolist(), *(p.by_source[src].tolist() for src in SOURCES), strict=True))]
+        self.rows[lo:hi] = rows
+        return rows
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One priced part of a step: microseconds, the same by source, and the fallback op counts by family."""
+
+    us: float
+    table: float
+    fallback: float
+    collective: float
+    fallbacks: tuple[tuple[str, int], ...]
+
+    def book(self, usage: Usage) -> float:
+        seconds = usage.seconds
+        seconds["table"] += self.table * 1e-6
+        seconds["fallback"] += self.fallback * 1e-6
+        if self.collective:
+            seconds["collective"] += self.collective * 1e-6
+        for fam, k in self.fallbacks:
+            usage.fallback_ops[fam] += k
+        return self.us
+
+
+class CostModel:
+    """Prices steps of one instance of `pool` (model, hardware, formats) from `profile`."""
+
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, pool: Pool, profile: Profile, integrity: bool) -> None:
+        self.model, self.hw, self.pool, self.profile, self.integrity = model, hw, pool, profile, integrity
+        self.usage = Usage()
+        self._prices: dict[tuple[str, Shape], tuple[float, str]] = {}
+        self._decode: dict[int, _DecodePlan] = {}
+        self._varyings: dict[Op, _Varying] = {}
+        self._lines = {line: _Line(self._line_pricer(line)) for line in LINES}
+        self._chunks: dict[tuple[int, int], _Part] = {}
+
+    # -- public ------------------------------------------------------------------------------------------
+    def decode_step_s(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray) -> np.ndarray:
+        """Seconds of decode-only steps of `batch` sequences, one per element of the context/page totals."""
+        plan = self._plan(batch)
+        return plan.us(np.asarray(ctx_total, dtype=float), np.asarray(pages_total, dtype=float), self.usage) * 1e-6
+
+    def step_s(self, decode_batch: int, decode_ctx_total: int, decode_pages: int,
+               chunks: Sequence[tuple[int, int]]) -> float:
+        """Seconds of one step: decode of `decode_batch` sequences plus prefill chunks (new, context before)."""
+        todo = _chunks(chunks)
+        if not todo:
+            return float(self.decode_step_s(decode_batch, np.array([float(decode_ctx_total)]),
+                                            np.array([float(decode_pages)]))[0])
+        usage = self.usage
+        us = 0.0
+        for line, x in step_lines(self.model, decode_batch, todo).items():
+            if x:
+                us += self._lines[line].book(x, usage)
+        if decode_batch:
+            us += self._decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
+        for key in todo:
+            c = self._chunks.get(key)
+            if c is None:
+                if len(self._chunks) >= CHUNK_CACHE:
+                    self._chunks.clear()
+                c = self._chunks[key] = self._chunk(*key)
+            us += c.book(usage)
+        return us * 1e-6
+
+    def breakdown(self, decode_batch: int, decode_ctx_total: int, decode_pages: int,
+                  chunks: Sequence[tuple[int, int]] = ()) -> dict[str, float]:
+        """Seconds per op family of one step (what `step_s` sums), largest first; books no usage."""
+        todo = _chunks(chunks)
+        out: dict[str, float] = {}
+        if not todo:
+            plan = self._plan(decode_batch)
+            out.update(plan.fixed.by_family)
+            parts = plan.all_parts
+        else:
+            lines = step_lines(self.model, decode_batch, todo)
+            ops = [op for line, x in lines.items() if x for op in line_ops(self.model, self.pool, line, np.array([x]))]
+            ops += [op for t, before in todo for op in chunk_ops(self.model, self.pool, t, before)]
+            for fam, us in self._price_ops(ops, 1).by_family.items():
+                out[fam] = float(us[0])
+            parts = self._plan(decode_batch).all_parts if decode_batch else []
+        ctx = decode_ctx_total / max(decode_batch, 1)
+        for v in parts:
+            x = np.array([float(decode_pages) if v.key == "pages" else ctx])
+            if v.cap is not None:
+                x = np.minimum(x, v.cap)
+            t = v.at(x)
+            out[v.family] = out.get(v.family, 0.0) + float(v.roof(x)[0] if np.isnan(t[0]) else t[0])
+        return {f: us * 1e-6 for f, us in sorted(out.items(), key=lambda kv: -kv[1])}
+
+    # -- internals ---------------------------------------------------------------------------------------
+    def _plan(self, batch: int) -> _DecodePlan:
+        plan = self._decode.get(batch)
+        if plan is None:
+            ops = step_ops(self.model, self.pool, batch, 1, (), 1 if self.integrity else 0)
+            plan = self._decode[batch] = _DecodePlan(batch, self._fix(ops), [self._varying(op) for op in ops
+                                                                             if op.family in VARYING])
+        return plan
+
+    def _decode_parts(self, batch: int, ctx_total: int, pages: int, usage: Usage) -> float:
+        """Microseconds of the decode batch's attention, indexer and integrity check in a mixed step (the
+        decode plan's parts, one step, in plain floats); books them in `usage`."""
+        ctx = ctx_total / batch
+        us = 0.0
+        for v in self._plan(batch).all_parts:
+            x = float(pages) if v.key == "pages" else ctx
+            if v.cap is not None:
+                x = min(x, v.cap)
+            t = math.nan if v.curve is None else float(v.curve.us(x))
+            if math.isnan(t):
+                t = float(v.roof(x))
+                usage.seconds["fallback"] += t * 1e-6
+                usage.fallback_ops[v.family] += v.count
+            else:
+                usage.seconds["table"] += t * 1e-6
+            us += t
+        return us
+
+    def _chunk(self, tokens: int, before: int) -> _Part:
+        """A chunk's own ops, priced one by one in plain floats (the same per-op arithmetic as `_price_ops`)."""
+        us = table = fallback = 0.0
+        fallbacks: list[tuple[str, int]] = []
+        lookup = self.profile.lookup if self.profile.tables else None
+        for family, params, count in chunk_ops(self.model, self.pool, tokens, before):
+            t = None if lookup is None else lookup(family, params)
+            if t is None:
+                t = float(roofline.op_us(family, params, self.hw)) * count
+                fallback += t
+                fallbacks.append((family, count))
+            else:
+                t *= count
+                table += t
+            us += t
+        return _Part(us, table, fallback, 0.0, tuple(fallbacks))
+
+    def _line_pricer(self, line: str) -> Callable[[np.ndarray], _Priced]:
+        return lambda xs: self._price_ops(line_ops(self.model, self.pool, line, xs), xs.size)
+
+    def _price_ops(self, ops: list[Spec], n: int) -> _Priced:
+        """Ops whose shape values may be arrays of n step sizes, priced at each (numpy, same per-op arithmetic
+        as `_price`)."""
+        p = _Priced(np.zeros(n), {src: np.zeros(n) for src in SOURCES}, {}, {})
+        for op in ops:
+            params = op.params
+            if op.family in COLLECTIVES:
+                us = np.broadcast_to(roofline.op_us(op.family, params, self.hw), (n,)) * op.count
+                p.by_source["collective"] += us
+            else:
+                t = self._table_us(op.family, params, n)
+                miss = np.isnan(t)
+                if miss.any():
+                    roof = np.broadcast_to(roofline.op_us(op.family, params, self.hw), (n,))
+                    t = np.where(miss, roof, t)
+                    p.fallbacks[op.family] = p.fallbacks.get(op.family, 0) + miss * op.count
+                us = t * op.count
+                p.by_source["table"] += np.where(miss, 0.0, us)
+                p.by_source["fallback"] += np.where(miss, us, 0.0)
+            p.us += us
+            p.by_family[op.family] = p.by_family.get(op.family, 0.0) + us
+        return p
+
+    def _table_us(self, family: str, params: dict[str, Any], n: int) -> np.ndarray:
+        """The table's microseconds per op at each of n step sizes; NaN where it does not reach."""
+        table = self.profile.table(family, params)
+        if table is None:
+            return np.full(n, np.nan)
+        ax = AXES[family]
+        inner = np.broadcast_to(np.asarray(ax.inner(params), dtype=float), (n,))
+        if ax.outer is None:
+            return np.asarray(table.us(0.0, inner), dtype=float)
+        outer = np.broadcast_to(params[ax.outer], (n,))
+        out = np.empty(n)
+        for o in np.unique(outer):
+            sel = outer == o
+            out[sel] = table.us(float(o), inner[sel])
+        return out
+
+    def _varying(self, op: Op) -> _Varying:
+        v = self._varyings.get(op)
+        if v is None:
+            params = op.params
+            key = "pages" if op.family == "integrity_check" else "context"
+            cap = context_cap(self.model) if op.family in ATTENTION else None
+            curve = self.profile.curve(op.family, params)
+            v = self._varyings[op] = _Varying(op.family, params, op.count, key, cap, curve, self.hw)
+        return v
+
+    def _fix(self, ops: list[Op]) -> _Fixed:
+        fixed = _Fixed()
+        for op in ops:
+            if op.family in VARYING:
+                continue
+            us, src = self._price(op)
+            us *= op.count
+            fixed.us += us
+            fixed.by_source[src] += us
+            fixed.by_family[op.family] = fixed.by_family.get(op.family, 0.0) + us
+            if src == "fallback":
+                fixed.fallbacks[op.family] += op.count
+        return fixed
+
+    def _price(self, op: Op) -> tuple[float, str]:
+        """Microseconds of one op and where the number came from."""
+        key = (op.family, op.shape)
+        hit = self._prices.get(key)
+        if hit is None:
+            params = op.params
+            if op.family in COLLECTIVES:
+                hit = (float(roofline.op_us(op.family, params, self.hw)), "collective")
+            else:
+                t = self.profile.lookup(op.family, params)
+                hit = (t, "table") if t is not None else (float(roofline.op_us(op.family, params, self.hw)),
+                                                          "fallback")
+            self._prices[key] = hit
+        return hit
+
+
+def _chunks(chunks: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(t), int(c)) for t, c in chunks if t > 0)
