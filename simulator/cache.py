@@ -79,18 +79,6 @@ class PagedCache:
         return self.num_pages - self.available
 
     # -- allocation -------------------------------------------------------------------------------
-    def _take(self) -> int:
-        if self.free:
-            page = self.free.pop()
-        elif self.cached:
-            page, _ = self.cached.popitem(last=False)
-            del self.page_of[self.key_of.pop(page)]
-        else:
-            raise OutOfPages
-        self._bump(page)
-        self.refcount[page] = 1
-        return page
-
     def _bump(self, page: int) -> None:
         self.tag[page] = self.next_tag
         self.next_tag += 1
@@ -104,18 +92,19 @@ class PagedCache:
         if count > self.available:
             raise OutOfPages
         bulk = min(count, len(self.free))
-        if bulk:
-            cut = len(self.free) - bulk
-            pages = np.array(self.free[cut:][::-1], dtype=np.int64)  # pop() order: low page ids first
-            del self.free[cut:]
-            tags = np.arange(self.next_tag, self.next_tag + bulk, dtype=np.int64)
-            self.next_tag += bulk
-            self.tag[pages] = tags
-            self.refcount[pages] = 1
-            table.extend(pages, tags)
+        cut = len(self.free) - bulk
+        taken = self.free[cut:][::-1]  # pop() order: low page ids first
+        del self.free[cut:]
         for _ in range(count - bulk):
-            page = self._take()
-            table.append(page, int(self.tag[page]))
+            page, _ = self.cached.popitem(last=False)
+            del self.page_of[self.key_of.pop(page)]
+            taken.append(page)
+        pages = np.array(taken, dtype=np.int64)
+        tags = np.arange(self.next_tag, self.next_tag + count, dtype=np.int64)
+        self.next_tag += count
+        self.tag[pages] = tags
+        self.refcount[pages] = 1
+        table.extend(pages, tags)
 
     def match_prefix(self, keys: list[PageKey]) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""

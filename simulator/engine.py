@@ -54,12 +54,18 @@ class InstanceStats:
     page_t: list[np.ndarray] = field(default_factory=list)
     page_d: list[np.ndarray] = field(default_factory=list)
 
-    def pages_changed(self, t: float | np.ndarray, delta: int | np.ndarray) -> None:
-        t, delta = np.atleast_1d(t), np.atleast_1d(delta)
+    def pages_changed(self, t: float, delta: int) -> None:
+        if delta:
+            self.page_t.append(np.array([t]))
+            self.page_d.append(np.array([delta], dtype=np.int64))
+
+    def pages_grew(self, ends: np.ndarray, growth: np.ndarray) -> None:
+        """A run of decode steps: each step's new pages, at the end of that step."""
+        delta = np.diff(growth, prepend=0)
         keep = delta != 0
         if keep.any():
-            self.page_t.append(np.asarray(t, dtype=float)[keep])
-            self.page_d.append(np.asarray(delta, dtype=np.int64)[keep])
+            self.page_t.append(ends[keep])
+            self.page_d.append(delta[keep])
 
 
 class Instance:
@@ -100,7 +106,7 @@ class Instance:
             chunks = [(c, s.computed) for s, c in plan.prefill]
             t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
             return np.array([t])
-        ctx, pages = self.sched.context_totals(plan.idx, n)
+        ctx, pages = self.sched.context_totals(plan, n)
         return self.cost.decode_step_s(len(plan.decode), ctx, pages)
 
     def _loop(self):
@@ -125,10 +131,13 @@ class Instance:
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
             used = self.cache.used
-            growth = sched.page_growth(plan.idx, m) if plan.decode else np.zeros(1, dtype=np.int64)
+            grown = 0
+            if plan.decode:
+                growth = sched.growth(plan, m)
+                st.pages_grew(ends[:m], growth)
+                grown = int(growth[-1])
             ev = sched.advance(plan, m)
-            st.pages_changed(ends[:m], np.diff(growth, prepend=0))  # each step's new pages, at its end
-            st.pages_changed(ends[m - 1], self.cache.used - used - int(growth[-1]))  # completions' releases
+            st.pages_changed(float(ends[m - 1]), self.cache.used - used - grown)  # completions' releases
             st.busy_s += float(ends[m - 1] - self.clock)
             st.steps += m
             st.max_batch = max(st.max_batch, len(plan.decode))

@@ -80,6 +80,7 @@ class Plan:
     prefill: list[tuple[Seq, int]] = field(default_factory=list)  # (sequence, tokens of this chunk)
     decode: list[Seq] = field(default_factory=list)
     idx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # the decode batch's slots
+    growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
 
     @property
     def empty(self) -> bool:
@@ -212,7 +213,7 @@ class Scheduler:
         faults = faults[faults >= 0]
         if faults.size:
             n = min(n, max(1, int(faults.min())))
-        new_pages = self.page_growth(idx, n)
+        new_pages = self.growth(plan, n)
         if new_pages[-1] > self.cache.available:
             n = max(1, int(np.searchsorted(new_pages, self.cache.available, side="right")))
         return n
@@ -224,13 +225,19 @@ class Scheduler:
         per_offset = np.bincount((-self.arrays.computed[idx]) % ps, minlength=ps)
         return np.cumsum(per_offset[:n] if n <= ps else np.resize(per_offset, n))
 
-    def context_totals(self, idx: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def growth(self, plan: Plan, n: int) -> np.ndarray:
+        """`page_growth` of the plan's decode batch, computed once per plan (pricing, checks, occupancy)."""
+        if plan.growth is None or len(plan.growth) < n:
+            plan.growth = self.page_growth(plan.idx, n)
+        return plan.growth[:n]
+
+    def context_totals(self, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Total context and total pages the batch reads at each of the next n steps (for pricing)."""
         ps = self.cache.page_size
-        c = self.arrays.computed[idx]
+        c = self.arrays.computed[plan.idx]
         steps = np.arange(1, n + 1, dtype=np.int64)
-        pages = int(((c + ps - 1) // ps).sum()) + self.page_growth(idx, n)
-        return int(c.sum()) + len(idx) * steps, pages
+        pages = int(((c + ps - 1) // ps).sum()) + self.growth(plan, n)
+        return int(c.sum()) + len(plan.idx) * steps, pages
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
@@ -260,7 +267,7 @@ class Scheduler:
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
         a, idx, ps = self.arrays, plan.idx, self.cache.page_size
         if self.tracker.enabled:
-            ev.checked_pages = int(self.context_totals(idx, k)[1].sum())
+            ev.checked_pages = int(self.context_totals(plan, k)[1].sum())
             self.counters.checked_pages += ev.checked_pages
         old = a.computed[idx]
         new = old + k
@@ -280,7 +287,6 @@ class Scheduler:
     def _finish(self, seq: Seq, step: int, ev: StepEvents) -> None:
         self._set_status(seq, "done")
         self.running.remove(seq)
-        self.cache.publish(seq.table, seq.keys)
         release_after_fault(seq.table, self.cache, seq.fault)
         ev.finished.append((seq, step))
 
