@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.scenario import Scenario
-from simulator.sweep import COLUMNS, lookup
+from simulator.sweep import COLUMNS, lookup, paired_deltas
+
+DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
 
 
 def provenance_line(result: dict[str, Any]) -> str:
@@ -62,6 +64,20 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
     for r in results:
         t.add_row(*[str(r["point"][p]) for p in paths], *[_fmt(lookup(r, p)) for _, p in COLUMNS])
     console.print(t)
+    for axis in (a for a in DELTA_AXES if a in sc.sweep):
+        rows = paired_deltas(results, axis)
+        values = list(dict.fromkeys(r["point"][axis] for r in results))
+        if not rows:
+            continue
+        rest = list(rows[0]["point"])
+        t = Table(*[p.split(".")[-1] for p in rest], "throughput change", "TPOT p95 ms", "TPOT p95 change",
+                  title=f"{axis}: {values[0]} vs {values[1]}")
+        for r in rows:
+            tput, tpot = r["throughput_change"], r["tpot_p95_change"]
+            a, b = r["tpot_p95_ms"]
+            t.add_row(*[str(v) for v in r["point"].values()], "-" if tput is None else f"{tput:+.2%}",
+                      f"{_fmt(a)} vs {_fmt(b)}", "-" if tpot is None else f"{tpot:+.2%}")
+        console.print(t)
     if results:
         console.print(provenance_line(results[0]))
     console.print(f"csv: {csv_path}")

@@ -71,6 +71,33 @@ def to_csv(results: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+def paired_deltas(results: list[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
+    """For a two-valued axis (e.g. integrity.enabled: [true, false]): the change from the second value to the
+    first at every other point of the sweep — what turning the feature on costs."""
+    values = list(dict.fromkeys(r["point"][axis] for r in results))
+    if len(values) != 2:
+        return []
+    on, off = values
+    by_rest: dict[tuple, dict[Any, dict[str, Any]]] = {}
+    for r in results:
+        rest = tuple((k, v) for k, v in r["point"].items() if k != axis)
+        by_rest.setdefault(rest, {})[r["point"][axis]] = r
+    rows = []
+    for rest, pair in by_rest.items():
+        if on not in pair or off not in pair:
+            continue
+        a, b = pair[on]["metrics"], pair[off]["metrics"]
+        tput = (a["output_tokens_per_s"] / b["output_tokens_per_s"] - 1) if b["output_tokens_per_s"] else None
+        tpot_a, tpot_b = a["tpot_ms"]["p95"], b["tpot_ms"]["p95"]
+        rows.append({
+            "point": dict(rest),
+            "throughput_change": tput,
+            "tpot_p95_ms": (tpot_a, tpot_b),
+            "tpot_p95_change": (tpot_a / tpot_b - 1) if tpot_a is not None and tpot_b else None,
+        })
+    return rows
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write whole or not at all: a crash never leaves half a file where a result was."""
     path.parent.mkdir(parents=True, exist_ok=True)
