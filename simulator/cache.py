@@ -106,6 +106,15 @@ class PagedCache:
         self.refcount[pages] = 1
         table.extend(pages, tags)
 
+    def allocate_many(self, tables: list[BlockTable], counts: list[int]) -> None:
+        """`allocate` for several tables at once: one bulk take, then each table its slice, in order."""
+        holder = BlockTable()
+        self.allocate(holder, sum(counts))
+        start = 0
+        for table, c in zip(tables, counts, strict=True):
+            table.extend(holder.pages[start : start + c], holder.tags[start : start + c])
+            start += c
+
     def match_prefix(self, keys: list[PageKey]) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
         if not self.prefix_caching:
@@ -177,9 +186,7 @@ def page_keys(blocks: tuple[int, ...], block_tokens: int, page_size: int, tokens
     A page's key is the chained hash of the block holding its last token plus its end offset, so two
     pages share a key only when everything from the start of the sequence up to that block is identical.
     """
-    keys: list[PageKey] = []
-    known = len(blocks) * block_tokens
-    for i in range(min(tokens, known) // page_size):
-        end = (i + 1) * page_size
-        keys.append((blocks[(end - 1) // block_tokens], end % block_tokens))
-    return keys
+    n = min(tokens, len(blocks) * block_tokens) // page_size
+    if block_tokens == page_size:
+        return [(b, 0) for b in blocks[:n]]
+    return [(blocks[((i + 1) * page_size - 1) // block_tokens], (i + 1) * page_size % block_tokens) for i in range(n)]

@@ -296,15 +296,16 @@ class Simulation:
             tokens = dseq.req.prompt_tokens - cached
             start = max(t, dst.link_free)
             dst.link_free = start + tr.latency_ms / 1e3 + tokens * self.kv_bytes_transfer / (tr.bandwidth_gbs * 1e9)
-            self.env.process(self._transfer_done(dst, dseq, pseq, src, dst.link_free))
+            end = dst.link_free
+            done = self.env.timeout(max(0.0, end - self.env.now))
+            done.callbacks.append(lambda _, a=(dst, dseq, pseq, src, end): self._transfer_done(*a))
 
     def _release(self, src: Instance, pseq: Seq, t: float) -> None:
         used = src.cache.used
         src.sched.release(pseq)
         src.stats.pages_changed(t, src.cache.used - used)
 
-    def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float):
-        yield self.env.timeout(max(0.0, end - self.env.now))
+    def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         self._release(src, pseq, end)
         src.notify(end)
         dst.sched.start_decode(dseq)

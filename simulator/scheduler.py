@@ -278,8 +278,9 @@ class Scheduler:
         a.fault_in[idx] = np.where(f >= 0, f - k, f)
         # Decode tables hold exactly ceil(computed / page_size) pages, so growth is a difference of ceilings.
         need = (new + ps - 1) // ps - (old + ps - 1) // ps
-        for j in np.flatnonzero(need).tolist():
-            self.cache.allocate(plan.decode[j].table, int(need[j]))
+        grow = np.flatnonzero(need).tolist()
+        if grow:
+            self.cache.allocate_many([plan.decode[j].table for j in grow], need[grow].tolist())
         for j in np.flatnonzero(a.remaining[idx] <= 0).tolist():
             self._finish(plan.decode[j], k - 1, ev)
 
