@@ -53,8 +53,10 @@ def modeled_profile(hw: HardwareSpec, shapes: Mapping[str, Sequence[Mapping[str,
 
 def write_modeled_profile(hw: HardwareSpec, shapes: Mapping[str, Sequence[Mapping[str, Any]]],
                           out_path: str | Path) -> Path:
-    """Write the modeled profile JSON to `out_path` (folders created) and return the path."""
+    """Write the modeled profile JSON to `out_path` (folders created, written whole or not at all)."""
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(modeled_profile(hw, shapes), indent=1) + "\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(modeled_profile(hw, shapes), indent=1) + "\n")
+    tmp.replace(path)
     return path

@@ -281,3 +281,59 @@ def test_mixed_step_and_breakdown() -> None:
     assert sum(parts.values()) == pytest.approx(mixed, rel=1e-12)
     assert {"prefill_attention", "decode_attention_mla", "integrity_check", "moe_gemm"} <= set(parts)
     assert cm.step_s(0, 0, 0, [(2048, 0)]) < mixed
+
+
+def whole_list_us(cm: CostModel, batch: int, ctx: int, pages: int, chunks: list[tuple[int, int]]) -> dict[str, float]:
+    """A step priced from scratch: every op of `step_ops`, by source (what `step_s` must equal)."""
+    out = dict.fromkeys(("table", "fallback", "collective"), 0.0)
+    for op in step_ops(cm.model, cm.pool, batch, ctx, chunks, pages if cm.integrity else 0):
+        if op.family in ("allreduce", "allgather"):
+            out["collective"] += op.count * float(roofline.op_us(op.family, op.params, H200))
+            continue
+        t = cm.profile.lookup(op.family, op.params)
+        src = "fallback" if t is None else "table"
+        out[src] += op.count * (float(roofline.op_us(op.family, op.params, H200)) if t is None else t)
+    return out
+
+
+@pytest.mark.parametrize("model", [KIMI, GLM5, LLAMA])
+@pytest.mark.parametrize("tables", [False, True])
+def test_mixed_step_equals_whole_list_pricing(model: ModelSpec, tables: bool, measured: Profile) -> None:
+    """Parts priced once per count or chunk add up to the whole op list, and book the same seconds."""
+    pool = Pool(tp=8, weights="int4", kv_cache="bf16")
+    rng = np.random.default_rng(3)
+    steps = []
+    for _ in range(60):
+        batch = int(rng.choice([0, 1, 3, 4, 37, 256]))  # 1 and 4 are profiled batches, 3 lies between
+        chunks = [(int(rng.integers(1, 3000)), int(rng.choice([0, int(rng.integers(0, 9000))])))
+                  for _ in range(int(rng.integers(1, 5)))]
+        steps.append((batch, batch * int(rng.integers(500, 6000)), chunks))
+    for batch, ctx_total, chunks in steps:
+        cm = CostModel(model, H200, pool, measured if tables else ROOF, integrity=True)
+        pages = ctx_total // 64 + batch
+        fast = cm.step_s(batch, ctx_total, pages, chunks)
+        # A decode batch's attention reads its mean context: exact when the total divides by the batch.
+        ref = whole_list_us(cm, batch, ctx_total // max(batch, 1), pages, chunks)
+        assert fast == pytest.approx(sum(ref.values()) * 1e-6, rel=1e-12)
+        for src, us in ref.items():
+            assert cm.usage.seconds[src] == pytest.approx(us * 1e-6, rel=1e-9, abs=1e-15)
+        assert cm.step_s(batch, ctx_total, pages, chunks) == fast  # remembered parts: the same number
+        assert cm.breakdown(batch, ctx_total, pages, chunks) == pytest.approx(
+            CostModel(model, H200, pool, measured if tables else ROOF, True).breakdown(batch, ctx_total, pages, chunks))
+        assert sum(cm.breakdown(batch, ctx_total, pages, chunks).values()) == pytest.approx(fast, rel=1e-12)
+    if tables and model is not LLAMA:  # the made-up tables hold MLA decode attention at 8 heads
+        cm = CostModel(model, H200, pool, measured, integrity=True)
+        cm.step_s(3, 3 * 2000, 3 * 32, [(100, 0)])  # batch 3: blended between the profiled batches 1 and 4
+        assert cm.usage.seconds["table"] > 0
+
+
+def test_mixed_step_counts_fallbacks_per_call(measured: Profile) -> None:
+    pool = Pool(tp=8, weights="int4", kv_cache="bf16")
+    cm = CostModel(KIMI, H200, pool, measured, integrity=False)
+    ref = CostModel(KIMI, H200, pool, measured, integrity=False)
+    for _ in range(2):  # the second call is served from remembered parts and must book the same again
+        cm.step_s(2, 2 * 100000, 3200, [(700, 0)])
+    for op in step_ops(KIMI, pool, 2, 100000, [(700, 0)], 0):
+        if op.family not in ("allreduce", "allgather") and ref.profile.lookup(op.family, op.params) is None:
+            ref.usage.fallback_ops[op.family] += 2 * op.count
+    assert cm.usage.fallback_ops == ref.usage.fallback_ops and cm.usage.fallback_ops["decode_attention_mla"] == 122
