@@ -23,7 +23,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	.venv/bin/ruff check simulator kernels tests
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	.venv/bin/phaseplan bench-sim
