@@ -48,6 +48,7 @@ class Record:
 class InstanceStats:
     busy_s: float = 0.0
     steps: int = 0
+    decode_seq_steps: int = 0  # sum over steps of the decode batch size: mean batch = this / steps
     max_batch: int = 0
     # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
     # was cut into segments, and the occupancy curve is their running sum in time order.
@@ -140,6 +141,7 @@ class Instance:
             st.pages_changed(float(ends[m - 1]), self.cache.used - used - grown)  # completions' releases
             st.busy_s += float(ends[m - 1] - self.clock)
             st.steps += m
+            st.decode_seq_steps += m * len(plan.decode)
             st.max_batch = max(st.max_batch, len(plan.decode))
             self.clock = float(ends[m - 1])
             self.sim.on_events(self, ev, ends)

@@ -55,7 +55,21 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
+    print_anatomy(console, result)
     console.print(provenance_line(result))
+
+
+def print_anatomy(console: Console, result: dict[str, Any]) -> None:
+    """One line per representative step: its time and the op families that take most of it."""
+    for pool, entry in result.get("step_anatomy", {}).items():
+        if pool == "summary":
+            continue
+        for kind, label in (("prefill_chunk", "tokens"), ("decode_step", "batch")):
+            step = entry.get(kind)
+            if step is None:
+                continue
+            fams = ", ".join(f"{k} {v:,.1f}" for k, v in step["by_family"].items())
+            console.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
 
 
 def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:

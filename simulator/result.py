@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from simulator.anatomy import step_anatomy
 from simulator.engine import Simulation
 from simulator.metrics import build_integrity, build_metrics
 from simulator.scenario import Scenario
@@ -26,5 +27,6 @@ def simulate(sc: Scenario, base_dir: Path | None = None, *, step_mode: bool = Fa
         "capacity": {name: asdict(cap) for name, cap in sim.capacity.items()},
         "metrics": build_metrics(sim),
         "integrity": build_integrity(sim),
+        "step_anatomy": step_anatomy(sim),
     }
     return result, sim

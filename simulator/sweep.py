@@ -25,6 +25,9 @@ COLUMNS = [
     ("KV occ max", "metrics.kv_occupancy.max"),
     ("SLO", "metrics.slo_attainment"),
     ("$/Mtok", "metrics.cost_per_mtok_usd"),
+    ("prefill chunk ms", "step_anatomy.summary.prefill_chunk_ms"),
+    ("  of it GEMM ms", "step_anatomy.summary.prefill_chunk_gemm_ms"),
+    ("decode step ms", "step_anatomy.summary.decode_step_ms"),
 ]
 
 
