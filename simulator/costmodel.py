@@ -62,6 +62,11 @@ class Usage:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0.0))
     fallback_ops: Counter[str] = field(default_factory=Counter)
 
+    def merge(self, other: Usage) -> None:
+        for k, v in other.seconds.items():
+            self.seconds[k] += v
+        self.fallback_ops.update(other.fallback_ops)
+
     def shares(self) -> dict[str, float]:
         total = sum(self.seconds.values())
         return {k: (v / total if total else 0.0) for k, v in self.seconds.items()}
@@ -266,19 +271,24 @@ class CostModel:
         self._chunks: dict[tuple[int, int], _Part] = {}
 
     # -- public ------------------------------------------------------------------------------------------
-    def decode_step_s(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray) -> np.ndarray:
-        """Seconds of decode-only steps of `batch` sequences, one per element of the context/page totals."""
+    def decode_step_s(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray,
+                      usage: Usage | None = None) -> np.ndarray:
+        """Seconds of decode-only steps of `batch` sequences, one per element of the context/page totals.
+
+        Priced seconds are booked to `usage` (default: this model's own); a caller that may run only some of
+        the steps it priced books into a scratch `Usage` and keeps what it ran."""
         plan = self._plan(batch)
-        return plan.us(np.asarray(ctx_total, dtype=float), np.asarray(pages_total, dtype=float), self.usage) * 1e-6
+        book = self.usage if usage is None else usage
+        return plan.us(np.asarray(ctx_total, dtype=float), np.asarray(pages_total, dtype=float), book) * 1e-6
 
     def step_s(self, decode_batch: int, decode_ctx_total: int, decode_pages: int,
-               chunks: Sequence[tuple[int, int]]) -> float:
+               chunks: Sequence[tuple[int, int]], usage: Usage | None = None) -> float:
         """Seconds of one step: decode of `decode_batch` sequences plus prefill chunks (new, context before)."""
         todo = _chunks(chunks)
         if not todo:
             return float(self.decode_step_s(decode_batch, np.array([float(decode_ctx_total)]),
-                                            np.array([float(decode_pages)]))[0])
-        usage = self.usage
+                                            np.array([float(decode_pages)]), usage)[0])
+        usage = self.usage if usage is None else usage
         us = 0.0
         for line, x in step_lines(self.model, decode_batch, todo).items():
             if x:

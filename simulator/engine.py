@@ -18,7 +18,7 @@ import numpy as np
 import simpy
 
 from simulator.cache import PagedCache
-from simulator.costmodel import CostModel
+from simulator.costmodel import CostModel, Usage
 from simulator.integrity import CheckingTracker, FaultInjector, NoopTracker
 from simulator.memory import pool_capacity
 from simulator.profile import Profile
@@ -101,14 +101,22 @@ class Instance:
             self.wake.succeed()
 
     # -- the step loop -------------------------------------------------------------------------------
-    def _price(self, plan: Plan, n: int) -> np.ndarray:
+    def _price(self, plan: Plan, n: int, usage: Usage) -> np.ndarray:
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]
-            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks, usage)
             return np.array([t])
         ctx, pages = self.sched.context_totals(plan, n)
-        return self.cost.decode_step_s(len(plan.decode), ctx, pages)
+        return self.cost.decode_step_s(len(plan.decode), ctx, pages, usage)
+
+    def _book(self, plan: Plan, n: int, m: int, usage: Usage) -> None:
+        """Keep the priced-from record of the m steps that ran, not of all n that were priced."""
+        if m == n:
+            self.cost.usage.merge(usage)
+        else:  # a cut decode run: book its first m steps again, exactly
+            ctx, pages = self.sched.context_totals(plan, m)
+            self.cost.decode_step_s(len(plan.decode), ctx, pages)
 
     def _loop(self):
         env, sched, st = self.env, self.sched, self.stats
@@ -123,7 +131,8 @@ class Instance:
                 self.clock = max(self.clock, self.wake_at)
                 continue
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
-            ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n))))[1:]
+            usage = Usage()
+            ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n, usage))))[1:]
             self.wake = env.event()
             yield env.timeout(max(0.0, ends[-1] - env.now)) | self.wake
             m = n
@@ -131,6 +140,7 @@ class Instance:
                 m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
+            self._book(plan, n, m, usage)
             used = self.cache.used
             grown = 0
             if plan.decode:
