@@ -44,7 +44,7 @@ def scenario(hours: float, rate: float) -> Scenario:
     return loader.validate(data, "bench-sim")
 
 
-def bench(hours: float, rate: float, baseline_s: float = 60.0) -> Iterator[str]:
+def bench(hours: float, rate: float, baseline_s: float = 5.0) -> Iterator[str]:
     sc = scenario(hours, rate)
     t0 = time.perf_counter()
     result, sim = simulate(sc)
