@@ -110,16 +110,19 @@ def validate(
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(str(x) for x in err["loc"] if not _is_union_tag(x))
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc and ": " in msg:  # a cross-field rule names its own path first
+            path, msg = msg.split(": ", 1)
+            loc = tuple(path.split("."))
         dotted = ".".join(loc) or "(top level)"
         if any(dotted == o or dotted.startswith(o + ".") for o in overridden):
             where = f"--set {dotted}"
         else:
             line = _nearest_line(loc, lines or {})
             where = f"{source}:{f' line {line}:' if line else ''} {dotted}"
-        msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
-        if "input" in err and err["type"] not in ("extra_forbidden", "missing"):
+        elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list):
             msg += f" (got {_short(err['input'])})"
         raise InputError(f"{where}: {msg}") from None
 

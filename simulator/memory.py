@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 from rich.table import Table
 
-from simulator.errors import InputError
 from simulator.scenario import Pool, Scenario
 from simulator.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
 
@@ -225,8 +224,6 @@ def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
         return math.ceil(kv / tp) / kv
     # Routed experts: whole experts over EP groups, each expert split over the tp/ep ranks of a group.
     assert model.moe is not None
-    if tp % pool.ep:
-        raise InputError(f"ep {pool.ep} must divide tp {tp}: an instance's {tp} GPUs are EP × expert-TP")
     experts = model.moe.routed_experts
     return math.ceil(experts / pool.ep) / experts / (tp // pool.ep)
 
@@ -250,8 +247,6 @@ def kv_bytes_per_token(model: ModelSpec, pool: Pool) -> int:
         else:  # tiled: e4m3 latent + fp32 scale per tile, rope part kept in BF16
             per_layer = a.kv_lora_rank + 4 * math.ceil(a.kv_lora_rank / FP8_TILE) + 2 * a.qk_rope_head_dim
     else:
-        if fp8 and pool.kv_layout == "tiled":
-            raise InputError("kv_layout 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
         per_layer = 2 * math.ceil(a.kv_heads / pool.tp) * a.head_dim * (1 if fp8 else 2)
     total = layers * per_layer
     if model.indexer:  # DSA indexer keys: FP8 + scale whatever the cache format, replicated

@@ -34,7 +34,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from simulator.errors import InputError
 from simulator.memory import format_rule
 from simulator.scenario import Pool
 from simulator.specs import MLA, Component, ModelSpec
@@ -177,16 +176,10 @@ def _round_up_from_one(x: Any) -> Any:
     return np.maximum(1, np.rint(x)).astype(np.int64) if isinstance(x, np.ndarray) else max(1, round(x))
 
 
-def _check(pool: Pool) -> None:
-    if pool.tp % pool.ep:
-        raise InputError(f"ep {pool.ep} must divide tp {pool.tp}: an instance's {pool.tp} GPUs are EP × expert-TP")
-
-
 def step_ops(model: ModelSpec, pool: Pool, decode_batch: int, decode_context: int,
              prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0) -> list[Op]:
     """The kernels one GPU runs for one step: `decode_batch` sequences of `decode_context` tokens (mean)
     each decoding one token, plus prefill chunks of (new_tokens, context_before)."""
-    _check(pool)
     chunks = [(int(t), int(c)) for t, c in prefill_chunks if t > 0]
     lines = step_lines(model, decode_batch, chunks)
     if lines["tokens"] == 0:
@@ -215,7 +208,6 @@ def step_lines(model: ModelSpec, decode_batch: int, chunks: Sequence[tuple[int, 
 def line_ops(model: ModelSpec, pool: Pool, line: str, x: Any) -> list[Spec]:
     """The ops of one line (see `step_lines`) at count `x` (x > 0), or at every count of an array `x` at once
     (shape values are then arrays, one value per count)."""
-    _check(pool)
     b = _Builder(model, pool, merge=False)
     _LINES[line](b, x)
     return b.unmerged

@@ -182,3 +182,18 @@ class Scenario(Strict):
     cost: Cost = Field(default_factory=Cost)
     seed: int = 0
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _pools_fit_the_model(self) -> Scenario:
+        """Sharding and layout rules that need both the model and a pool; each error names the pool's path."""
+        a = self.model.attention
+        for name, pool in self.deployment.pools().items():
+            where = f"deployment.{name}"
+            if a.heads % pool.tp:
+                raise ValueError(f"{where}.tp: {pool.tp} does not divide the model's {a.heads} attention heads")
+            if pool.tp % pool.ep:
+                raise ValueError(f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are "
+                                 "EP groups × expert-TP)")
+            if pool.kv_layout == "tiled" and a.type != "mla":
+                raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
+        return self

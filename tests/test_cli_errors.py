@@ -44,6 +44,8 @@ def write(tmp_path: Path, text: str) -> str:
         ("- just\n- a list\n", "must be a YAML mapping"),
         ("name: x\nmodel: kimi-k2.6\ntraffic:\n  rate: 3\n", "needs duration_s or requests"),
         ("name: x\nmodel: kimi-k2.6\ndeployment:\n  mode: disaggregated\n", "needs a 'prefill' pool"),
+        ("name: x\nmodel: llama-3.1-70b\ndeployment:\n  decode:\n    kv_layout: tiled\n",
+         "line 5: deployment.decode.kv_layout: 'tiled' is an MLA cache layout"),
     ],
 )
 def test_bad_file_one_line_exit_2(tmp_path: Path, monkeypatch, capsys, text: str, expect: str) -> None:
@@ -63,6 +65,8 @@ def test_bad_file_one_line_exit_2(tmp_path: Path, monkeypatch, capsys, text: str
         ("model.layers=0", "--set model.layers"),
         ("noequals", "expected PATH=VALUE"),
         ("name.sub=1", "'name' is not a mapping"),
+        ("deployment.decode.tp=3", "--set deployment.decode.tp: 3 does not divide the model's 64 attention heads"),
+        ("deployment.decode.ep=3", "--set deployment.decode.ep: 3 must divide tp 8"),
     ],
 )
 def test_bad_set_one_line_exit_2(monkeypatch, capsys, override: str, expect: str) -> None:
