@@ -5,14 +5,14 @@ STAMP   := .venv/.installed
 SCENARIO ?= scenarios/fleet-disaggregated.yaml
 OUT     ?= out
 
-.PHONY: setup run test lint bench gpu-check profile-modeled clean
+.PHONY: setup run test app bench gpu-check profile-modeled clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: this exact version is the CPU build on local disk; anything looser pulls CUDA.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[kernels,dev]'
+	$(PIP) install -q -e '.[kernels,app,dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -22,8 +22,11 @@ run: $(STAMP)
 	.venv/bin/phaseplan run $(SCENARIO)
 
 test: $(STAMP)
-	.venv/bin/ruff check simulator kernels tests
+	.venv/bin/ruff check simulator kernels app tests
 	$(PY) -m pytest -q
+
+app: $(STAMP)
+	.venv/bin/streamlit run app/streamlit_app.py
 
 bench: $(STAMP)
 	.venv/bin/phaseplan bench-sim
