@@ -39,20 +39,21 @@ BENCH = {
 }
 
 
-def scenario(hours: float, rate: float) -> Scenario:
-    data = loader.apply_overrides(BENCH, {"traffic.duration_s": hours * 3600.0, "traffic.rate": rate})
-    return loader.validate(data, "bench-sim")
+def scenario(hours: float, rate: float, sets: tuple[str, ...] = ()) -> Scenario:
+    overrides = {"traffic.duration_s": hours * 3600.0, "traffic.rate": rate, **dict(map(loader.parse_set, sets))}
+    data = loader.apply_overrides(BENCH, overrides)
+    return loader.validate(data, "bench-sim", overridden=frozenset(overrides))
 
 
-def bench(hours: float, rate: float, baseline_s: float = 5.0) -> Iterator[str]:
-    sc = scenario(hours, rate)
+def bench(hours: float, rate: float, baseline_s: float = 5.0, sets: tuple[str, ...] = ()) -> Iterator[str]:
+    sc = scenario(hours, rate, sets)
     t0 = time.perf_counter()
     result, sim = simulate(sc)
     wall = time.perf_counter() - t0
     m = result["metrics"]
     yield (f"simulated {hours:g} h at {rate:g} req/s on 8 prefill + 16 decode instances: {m['requests']:,} requests, "
            f"{m['output_tokens']:,} output tokens, {sum(i.stats.steps for p in sim.pools.values() for i in p):,} steps")
-    short = scenario(baseline_s / 3600.0, rate)
+    short = scenario(baseline_s / 3600.0, rate, sets)
     t0 = time.perf_counter()
     seg, _ = simulate(short)
     t_seg = time.perf_counter() - t0

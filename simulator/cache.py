@@ -27,17 +27,25 @@ class BlockTable:
     n: int = 0
 
     def append(self, page: int, tag: int) -> None:
-        self.extend(np.array([page]), np.array([tag]))
+        """One page: scalar stores, far cheaper than a one-element `extend`."""
+        if self.n == len(self.pages):
+            self._reserve(self.n + 1)
+        self.pages[self.n] = page
+        self.tags[self.n] = tag
+        self.n += 1
 
     def extend(self, pages: np.ndarray, tags: np.ndarray) -> None:
         end = self.n + len(pages)
         if end > len(self.pages):
-            size = max(end, 2 * len(self.pages))
-            self.pages = np.concatenate([self.pages[: self.n], np.empty(size - self.n, dtype=np.int64)])
-            self.tags = np.concatenate([self.tags[: self.n], np.empty(size - self.n, dtype=np.int64)])
+            self._reserve(end)
         self.pages[self.n : end] = pages
         self.tags[self.n : end] = tags
         self.n = end
+
+    def _reserve(self, end: int) -> None:
+        size = max(end, 2 * len(self.pages))
+        self.pages = np.concatenate([self.pages[: self.n], np.empty(size - self.n, dtype=np.int64)])
+        self.tags = np.concatenate([self.tags[: self.n], np.empty(size - self.n, dtype=np.int64)])
 
     def live_pages(self) -> np.ndarray:
         return self.pages[: self.n]
@@ -84,7 +92,24 @@ class PagedCache:
         self.next_tag += 1
 
     def allocate(self, table: BlockTable, count: int) -> None:
-        """Append `count` fresh pages to a table, each recorded with its new generation tag.
+        """Append `count` fresh pages to a table, each recorded with its new generation tag."""
+        pages, tags = self._take(count)
+        table.extend(pages, tags)
+
+    def allocate_many(self, tables: list[BlockTable], counts: list[int]) -> None:
+        """`allocate` for several tables at once: one bulk take, then each table its slice, in order."""
+        pages, tags = self._take(sum(counts))
+        if len(pages) == len(tables):  # one page each (a decode run's growth, mostly): scalar appends
+            for table, page, tag in zip(tables, pages.tolist(), tags.tolist(), strict=True):
+                table.append(page, tag)
+            return
+        start = 0
+        for table, c in zip(tables, counts, strict=True):
+            table.extend(pages[start : start + c], tags[start : start + c])
+            start += c
+
+    def _take(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """`count` fresh pages and their new tags, now held once.
 
         Free pages go first, in bulk; only what they cannot cover is evicted from the cached prefixes, oldest
         first.
@@ -104,16 +129,7 @@ class PagedCache:
         self.next_tag += count
         self.tag[pages] = tags
         self.refcount[pages] = 1
-        table.extend(pages, tags)
-
-    def allocate_many(self, tables: list[BlockTable], counts: list[int]) -> None:
-        """`allocate` for several tables at once: one bulk take, then each table its slice, in order."""
-        holder = BlockTable()
-        self.allocate(holder, sum(counts))
-        start = 0
-        for table, c in zip(tables, counts, strict=True):
-            table.extend(holder.pages[start : start + c], holder.tags[start : start + c])
-            start += c
+        return pages, tags
 
     def match_prefix(self, keys: list[PageKey]) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
@@ -142,7 +158,15 @@ class PagedCache:
         """Give the table's leading full pages their prefix keys so later sequences can reuse them."""
         if not self.prefix_caching:
             return
-        for page, k in zip(table.live_pages().tolist(), keys, strict=False):
+        n = min(table.n, len(keys))
+        pages = table.pages[:n].tolist()
+        fresh = dict(zip(keys[:n], pages, strict=True))
+        unique = len(fresh) == n == len(set(pages))
+        if unique and self.page_of.keys().isdisjoint(fresh) and self.key_of.keys().isdisjoint(pages):
+            self.page_of.update(fresh)  # the common case, all new: the loop below in bulk
+            self.key_of.update(zip(pages, keys[:n], strict=True))
+            return
+        for page, k in zip(pages, keys, strict=False):
             if page in self.key_of or k in self.page_of:
                 continue
             self.key_of[page] = k
@@ -157,9 +181,9 @@ class PagedCache:
         pages = table.live_pages()
         if skip:
             pages = np.delete(pages, sorted(skip))
-        self.refcount[pages] -= 1  # a table never lists a page twice
-        rc = self.refcount[pages]
-        assert (rc >= 0).all(), "page refcount below zero"
+        rc = self.refcount[pages] - 1
+        self.refcount[pages] = rc  # a table never lists a page twice
+        assert rc.min(initial=0) >= 0, "page refcount below zero"
         for page in pages[rc == 0].tolist():
             if page in self.key_of:
                 self.cached[page] = None

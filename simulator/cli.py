@@ -145,11 +145,12 @@ def profile(device: str, hardware: str, out: Path, quick: bool) -> None:
 @cli.command("bench-sim")
 @click.option("--hours", type=click.FloatRange(min=0.01), default=1.0, show_default=True)
 @click.option("--rate", type=click.FloatRange(min=0.1), default=20.0, show_default=True, help="Requests per second.")
-def bench_sim(hours: float, rate: float) -> None:
+@set_option
+def bench_sim(hours: float, rate: float, sets: tuple[str, ...]) -> None:
     """Simulator speed: open-loop traffic on 8 prefill + 16 decode instances; requests per wall-second."""
     from simulator.bench import bench
 
-    for line in bench(hours, rate):
+    for line in bench(hours, rate, sets=sets):
         click.echo(line)
 
 

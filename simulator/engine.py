@@ -51,22 +51,46 @@ class InstanceStats:
     decode_seq_steps: int = 0  # sum over steps of the decode batch size: mean batch = this / steps
     max_batch: int = 0
     # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
-    # was cut into segments, and the occupancy curve is their running sum in time order.
+    # was cut into segments, and the occupancy curve is their running sum in time order. Single changes go
+    # to plain lists (a numpy array per change would cost more than the change), runs of steps as arrays.
     page_t: list[np.ndarray] = field(default_factory=list)
     page_d: list[np.ndarray] = field(default_factory=list)
+    one_t: list[float] = field(default_factory=list)
+    one_d: list[int] = field(default_factory=list)
 
     def pages_changed(self, t: float, delta: int) -> None:
         if delta:
-            self.page_t.append(np.array([t]))
-            self.page_d.append(np.array([delta], dtype=np.int64))
+            self.one_t.append(t)
+            self.one_d.append(delta)
 
     def pages_grew(self, ends: np.ndarray, growth: np.ndarray) -> None:
         """A run of decode steps: each step's new pages, at the end of that step."""
-        delta = np.diff(growth, prepend=0)
+        delta = growth.copy()
+        delta[1:] -= growth[:-1]
         keep = delta != 0
         if keep.any():
             self.page_t.append(ends[keep])
             self.page_d.append(delta[keep])
+
+    def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """All (time, change) pairs, in no particular order."""
+        t = np.concatenate([*self.page_t, np.array(self.one_t, dtype=float)])
+        d = np.concatenate([*self.page_d, np.array(self.one_d, dtype=np.int64)])
+        return t, d
+
+
+def _first_of(env: simpy.Environment, *events: simpy.Event) -> simpy.Event:
+    """A lighter `a | b` for pending events: fires one hop after the first of them, as a Condition would (the
+    same event order, so the same timeline), without building a Condition's value."""
+    ready = env.event()
+
+    def fire(_: simpy.Event) -> None:
+        if not ready.triggered:
+            ready.succeed()
+
+    for ev in events:
+        ev.callbacks.append(fire)
+    return ready
 
 
 class Instance:
@@ -134,7 +158,7 @@ class Instance:
             usage = Usage()
             ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n, usage))))[1:]
             self.wake = env.event()
-            yield env.timeout(max(0.0, ends[-1] - env.now)) | self.wake
+            yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
             m = n
             if self.wake.triggered and self.wake_at < ends[-1]:
                 m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
@@ -287,7 +311,8 @@ class Simulation:
             self._finished(req, t)
             return
         dst = self.router.decode(self.pools["decode"], req)
-        dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1)
+        same_pages = dst.cache.page_size == src.cache.page_size
+        dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None)
         dseq.generated = 1
         dst.pending.append((dseq, pseq, src))
         self.try_transfers(dst, t)

@@ -32,17 +32,15 @@ def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[
     """
     if not tables:
         return [], 0
-    counts = np.fromiter((t.n for t in tables), dtype=np.int64, count=len(tables))
-    total = int(counts.sum())
-    if total == 0:
-        return [], 0
-    pages = np.concatenate([t.live_pages() for t in tables])
-    recorded = np.concatenate([t.live_tags() for t in tables])
+    pages = np.concatenate([t.pages[: t.n] for t in tables])
+    recorded = np.concatenate([t.tags[: t.n] for t in tables])
+    total = len(pages)
     valid = (pages >= 0) & (pages < cache.num_pages)
     current = cache.tag[np.where(valid, pages, 0)]
     bad = ~valid | (current != recorded)
     if not bad.any():
         return [], total
+    counts = np.array([t.n for t in tables], dtype=np.int64)
     owner = np.repeat(np.arange(len(tables)), counts)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     out: list[Violation] = []

@@ -27,9 +27,7 @@ def _occupancy(sim: Simulation, end: float) -> dict[str, Any]:
     grid = np.linspace(0.0, end, SERIES_POINTS + 1)
     mean_total, peak, series = 0.0, 0.0, np.zeros(SERIES_POINTS + 1)
     for inst in insts:
-        st = inst.stats
-        t = np.concatenate(st.page_t) if st.page_t else np.zeros(0)
-        d = np.concatenate(st.page_d) if st.page_d else np.zeros(0, dtype=np.int64)
+        t, d = inst.stats.page_changes()
         order = np.argsort(t, kind="stable")
         times, first = np.unique(t[order], return_index=True)  # same-time changes are summed before any max
         sums = np.add.reduceat(d[order], first) if t.size else np.zeros(0, dtype=np.int64)

@@ -80,6 +80,10 @@ class Plan:
     prefill: list[tuple[Seq, int]] = field(default_factory=list)  # (sequence, tokens of this chunk)
     decode: list[Seq] = field(default_factory=list)
     idx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # the decode batch's slots
+    # Read once when the batch is fixed (pricing, growth, checks and the advance all reuse them):
+    ctx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each sequence's tokens cached
+    pages0: int = 0  # pages the batch holds before its first step
+    per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
 
     @property
@@ -137,6 +141,7 @@ class Scheduler:
         self.running: list[Seq] = []
         self.arrays = SeqArrays()
         self._decode: list[Seq] = []
+        self._decode_tables: list[BlockTable] = []
         self._decode_idx = np.zeros(0, dtype=np.int64)
         self._decode_dirty = False
         self.counters = Counters()
@@ -144,11 +149,12 @@ class Scheduler:
         self._order = 0
 
     # -- entry points ------------------------------------------------------------------------------
-    def new_seq(self, req: Request, target: int, remaining: int) -> Seq:
+    def new_seq(self, req: Request, target: int, remaining: int, keys: list[PageKey] | None = None) -> Seq:
+        """`keys`: the request's page keys if already known for this page size (the prefill instance's)."""
         seq = Seq(req, target=target, arrays=self.arrays, slot=self.arrays.new_slot())
         seq.remaining = remaining
         seq.fault_in = -1
-        seq.keys = self.keys_for(req)
+        seq.keys = self.keys_for(req) if keys is None else keys
         return seq
 
     def keys_for(self, req: Request) -> list[PageKey]:
@@ -190,17 +196,25 @@ class Scheduler:
         self._check_integrity()
         self._admit_waiting()
         plan = Plan()
-        budget = self.max_batch_tokens
-        plan.decode, plan.idx = self._decode_batch()
-        while plan.decode and int(self.page_growth(plan.idx, 1)[0]) > self.cache.available:
-            self._preempt_newest()
+        ps = self.cache.page_size
+        while True:
             plan.decode, plan.idx = self._decode_batch()
-        budget -= len(plan.decode)
-        for seq in self.running:
-            if seq.status == "prefill" and budget > 0:
-                chunk = min(seq.target - seq.computed, self.chunk_size, budget)
-                plan.prefill.append((seq, chunk))
-                budget -= chunk
+            if not plan.decode:
+                break
+            plan.ctx = self.arrays.computed[plan.idx]
+            # A sequence with c cached tokens needs a new page at step s (0-based) when c + 1 + s ≡ 1 (mod ps).
+            plan.per_offset = np.bincount((-plan.ctx) % ps, minlength=ps)
+            if int(plan.per_offset[0]) <= self.cache.available:
+                plan.pages0 = int(((plan.ctx + (ps - 1)) // ps).sum())
+                break
+            self._preempt_newest()
+        budget = self.max_batch_tokens - len(plan.decode)
+        if len(self.running) > len(plan.decode):  # some sequence is not decoding: maybe prefilling
+            for seq in self.running:
+                if seq.status == "prefill" and budget > 0:
+                    chunk = min(seq.target - seq.computed, self.chunk_size, budget)
+                    plan.prefill.append((seq, chunk))
+                    budget -= chunk
         return plan
 
     def steps_until_change(self, plan: Plan, limit: int = 1 << 30) -> int:
@@ -209,35 +223,29 @@ class Scheduler:
             return 1 if not plan.empty else 0
         a, idx = self.arrays, plan.idx
         n = min(limit, int(a.remaining[idx].min()))
-        faults = a.fault_in[idx]
-        faults = faults[faults >= 0]
-        if faults.size:
-            n = min(n, max(1, int(faults.min())))
+        if self.injector is not None:  # fault_in is only ever planned with an injector
+            faults = a.fault_in[idx]
+            faults = faults[faults >= 0]
+            if faults.size:
+                n = min(n, max(1, int(faults.min())))
         new_pages = self.growth(plan, n)
         if new_pages[-1] > self.cache.available:
             n = max(1, int(np.searchsorted(new_pages, self.cache.available, side="right")))
         return n
 
-    def page_growth(self, idx: np.ndarray, n: int) -> np.ndarray:
-        """Cumulative new pages the batch needs after each of the next n decode steps (O(n + batch))."""
-        ps = self.cache.page_size
-        # A sequence with c cached tokens needs a new page at step s (0-based) when c + 1 + s ≡ 1 (mod ps).
-        per_offset = np.bincount((-self.arrays.computed[idx]) % ps, minlength=ps)
-        return np.cumsum(per_offset[:n] if n <= ps else np.resize(per_offset, n))
-
     def growth(self, plan: Plan, n: int) -> np.ndarray:
-        """`page_growth` of the plan's decode batch, computed once per plan (pricing, checks, occupancy)."""
+        """Cumulative new pages the decode batch needs after each of its next n steps (O(n + batch)), computed
+        once per plan (pricing, checks, occupancy)."""
         if plan.growth is None or len(plan.growth) < n:
-            plan.growth = self.page_growth(plan.idx, n)
+            per_offset = plan.per_offset
+            assert per_offset is not None
+            plan.growth = np.cumsum(per_offset[:n] if n <= len(per_offset) else np.resize(per_offset, n))
         return plan.growth[:n]
 
     def context_totals(self, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Total context and total pages the batch reads at each of the next n steps (for pricing)."""
-        ps = self.cache.page_size
-        c = self.arrays.computed[plan.idx]
         steps = np.arange(1, n + 1, dtype=np.int64)
-        pages = int(((c + ps - 1) // ps).sum()) + self.growth(plan, n)
-        return int(c.sum()) + len(plan.idx) * steps, pages
+        return int(plan.ctx.sum()) + len(plan.idx) * steps, plan.pages0 + self.growth(plan, n)
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
@@ -266,22 +274,24 @@ class Scheduler:
 
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
         a, idx, ps = self.arrays, plan.idx, self.cache.page_size
-        if self.tracker.enabled:
-            ev.checked_pages = int(self.context_totals(plan, k)[1].sum())
+        if self.tracker.enabled:  # the pages read at each of the k steps
+            ev.checked_pages = k * plan.pages0 + int(self.growth(plan, k).sum())
             self.counters.checked_pages += ev.checked_pages
-        old = a.computed[idx]
+        old = plan.ctx  # nothing moves a batch sequence's progress between schedule and advance
         new = old + k
         a.computed[idx] = new
         a.generated[idx] += k
-        a.remaining[idx] -= k
-        f = a.fault_in[idx]
-        a.fault_in[idx] = np.where(f >= 0, f - k, f)
+        remaining = a.remaining[idx] - k
+        a.remaining[idx] = remaining
+        if self.injector is not None:
+            f = a.fault_in[idx]
+            a.fault_in[idx] = np.where(f >= 0, f - k, f)
         # Decode tables hold exactly ceil(computed / page_size) pages, so growth is a difference of ceilings.
         need = (new + ps - 1) // ps - (old + ps - 1) // ps
         grow = np.flatnonzero(need).tolist()
         if grow:
             self.cache.allocate_many([plan.decode[j].table for j in grow], need[grow].tolist())
-        for j in np.flatnonzero(a.remaining[idx] <= 0).tolist():
+        for j in np.flatnonzero(remaining <= 0).tolist():
             self._finish(plan.decode[j], k - 1, ev)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -300,6 +310,7 @@ class Scheduler:
         """The decode batch in running order, rebuilt only when a sequence joined or left it."""
         if self._decode_dirty:
             self._decode = [s for s in self.running if s.status == "decode"]
+            self._decode_tables = [s.table for s in self._decode]
             self._decode_idx = np.array([s.slot for s in self._decode], dtype=np.int64)
             self._decode_dirty = False
         return self._decode, self._decode_idx
@@ -354,9 +365,9 @@ class Scheduler:
         if self.injector is not None:
             for seq in batch:
                 if seq.fault_in == 0 and seq.fault is None:
-                    seq.fault = self.injector.inject(seq.table, self.cache, [s.table for s in batch])
+                    seq.fault = self.injector.inject(seq.table, self.cache, self._decode_tables)
                     seq.fault_in = -1
-        violations, _ = self.tracker.check([s.table for s in batch], self.cache)
+        violations, _ = self.tracker.check(self._decode_tables, self.cache)
         for v in violations:
             seq = batch[v.index]
             if seq.fault is None:
