@@ -142,6 +142,13 @@ class PagedCache:
             n += 1
         return n
 
+    def admission_cost(self, keys: list[PageKey], pages: int) -> int:
+        """How much of `available` holding a `pages`-page sequence takes: its fresh pages, plus the cached prefix
+        pages it reuses that nobody holds now (they stop being evictable)."""
+        hit = self.match_prefix(keys)
+        idle = sum(1 for k in keys[:hit] if self.refcount[self.page_of[k]] == 0)
+        return pages - hit + idle
+
     def acquire_prefix(self, table: BlockTable, keys: list[PageKey]) -> int:
         """Share the cached leading pages of `keys` into an empty table; returns pages reused."""
         n = self.match_prefix(keys)

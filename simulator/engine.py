@@ -63,13 +63,11 @@ class InstanceStats:
             self.one_t.append(t)
             self.one_d.append(delta)
 
-    def pages_grew(self, ends: np.ndarray, growth: np.ndarray) -> None:
-        """A run of decode steps: each step's new pages, at the end of that step."""
-        delta = growth.copy()
-        delta[1:] -= growth[:-1]
+    def pages_grew_at(self, starts: np.ndarray, delta: np.ndarray) -> None:
+        """Decode steps' new pages, each at the start of its step."""
         keep = delta != 0
         if keep.any():
-            self.page_t.append(ends[keep])
+            self.page_t.append(starts[keep])
             self.page_d.append(delta[keep])
 
     def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -106,6 +104,11 @@ class Instance:
         self.clock = 0.0
         self.wake_at = 0.0
         self.link_free = 0.0  # when the inbound KV-transfer link is next idle
+        # The run of steps in flight: its plan, step starts and ends. A step takes its pages when it starts;
+        # the run books them as their start times pass (`settle`), so the cache sees the same operations in
+        # the same order as under a clock that runs one step at a time.
+        self._run_plan: Plan | None = None
+        self._run_starts = self._run_ends = np.zeros(0)
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
         self.env.process(self._loop())
@@ -118,6 +121,42 @@ class Instance:
     def pending_pages(self) -> int:
         ps = self.cache.page_size
         return sum(-(-s.target // ps) for s, _, _ in self.pending)
+
+    def _started(self, t: float) -> int:
+        """Steps of the run in flight that have started by time t (the one in flight at t included)."""
+        return min(len(self._run_ends), int(np.searchsorted(self._run_ends, t, side="left")) + 1)
+
+    def _unbooked(self, k: int) -> int:
+        plan = self._run_plan
+        if plan is None or not plan.decode or k <= plan.booked:
+            return 0
+        g = self.sched.growth(plan, k)
+        return int(g[k - 1] - (g[plan.booked - 1] if plan.booked else 0))
+
+    def used_pages(self, t: float) -> int:
+        """Pages held at time t, the run's steps started by then included (read-only: routing reads every
+        instance and must not cut or book anything)."""
+        return self.cache.used + self._unbooked(self._started(t))
+
+    def settle(self, t: float) -> None:
+        """Book the pages of the run's steps that started by time t, before anything else touches the cache."""
+        if self._run_plan is not None:
+            self._book_to(self._started(t))
+
+    def _book_to(self, k: int) -> None:
+        plan = self._run_plan
+        assert plan is not None
+        j0 = plan.booked
+        if not plan.decode or k <= j0:
+            return
+        g = np.concatenate(([0], self.sched.growth(plan, k)))
+        self.sched.book(plan, k)
+        self.stats.pages_grew_at(self._run_starts[j0:k], g[j0 + 1 : k + 1] - g[j0:k])
+
+    def run_needs_more_than_free(self) -> bool:
+        """Can the run in flight still book all its remaining steps' pages?"""
+        plan = self._run_plan
+        return plan is not None and self._unbooked(len(self._run_ends)) > self.cache.available
 
     def notify(self, at: float) -> None:
         self.wake_at = max(self.wake_at, at)
@@ -157,6 +196,9 @@ class Instance:
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             usage = Usage()
             ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n, usage))))[1:]
+            self._run_plan, self._run_ends = plan, ends
+            self._run_starts = np.concatenate(([self.clock], ends[:-1]))
+            self._book_to(1)  # the first step starts now
             self.wake = env.event()
             yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
             m = n
@@ -165,14 +207,11 @@ class Instance:
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
             self._book(plan, n, m, usage)
+            self._book_to(m)
+            self._run_plan = None
             used = self.cache.used
-            grown = 0
-            if plan.decode:
-                growth = sched.growth(plan, m)
-                st.pages_grew(ends[:m], growth)
-                grown = int(growth[-1])
             ev = sched.advance(plan, m)
-            st.pages_changed(float(ends[m - 1]), self.cache.used - used - grown)  # completions' releases
+            st.pages_changed(float(ends[m - 1]), self.cache.used - used)  # completions' releases
             st.busy_s += float(ends[m - 1] - self.clock)
             st.steps += m
             st.decode_seq_steps += m * len(plan.decode)
@@ -255,7 +294,7 @@ class Simulation:
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
-        inst = self.router.decode(self.entry, req) if colocated else self.router.prefill(self.entry, req)
+        inst = self.router.decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
         inst.sched.enqueue(inst.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
         inst.notify(req.arrival)
 
@@ -310,7 +349,7 @@ class Simulation:
             src.notify(t)
             self._finished(req, t)
             return
-        dst = self.router.decode(self.pools["decode"], req)
+        dst = self.router.decode(self.pools["decode"], req, t)
         same_pages = dst.cache.page_size == src.cache.page_size
         dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None)
         dseq.generated = 1
@@ -324,6 +363,7 @@ class Simulation:
         time (latency + bytes / bandwidth), in the order the transfers started.
         """
         tr = self.sc.deployment.transfer
+        dst.settle(t)
         while dst.pending and dst.sched.can_take_kv(dst.pending[0][0]):
             dseq, pseq, src = dst.pending.popleft()
             used = dst.cache.used
@@ -336,6 +376,8 @@ class Simulation:
             end = dst.link_free
             done = self.env.timeout(max(0.0, end - self.env.now))
             done.callbacks.append(lambda _, a=(dst, dseq, pseq, src, end): self._transfer_done(*a))
+        if dst.run_needs_more_than_free():
+            dst.notify(t)  # the run in flight can no longer book all its pages: end it at the step in flight
 
     def _release(self, src: Instance, pseq: Seq, t: float) -> None:
         used = src.cache.used

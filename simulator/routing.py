@@ -21,6 +21,8 @@ class Routable(Protocol):
 
     def pending_pages(self) -> int: ...
 
+    def used_pages(self, t: float) -> int: ...
+
 
 def _session_slot(req: Request, n: int) -> int | None:
     return None if req.session is None else req.session % n
@@ -42,7 +44,8 @@ class Router:
             return min(pool, key=lambda i: (-_prefix_pages(i, req), i.queued_tokens(), i.index))
         return min(pool, key=lambda i: (i.queued_tokens(), i.index))
 
-    def decode(self, pool: Sequence[Routable], req: Request) -> Routable:
+    def decode(self, pool: Sequence[Routable], req: Request, t: float) -> Routable:
+        """The decode instance for `req` at time t (load is read as of t, also mid-run)."""
         if self.policy == "round_robin":
             inst = pool[self._next % len(pool)]
             self._next += 1
@@ -50,5 +53,5 @@ class Router:
         if self.policy == "session_affinity" and (slot := _session_slot(req, len(pool))) is not None:
             return pool[slot]
         if self.policy == "prefix_aware":
-            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.sched.cache.used, i.index))
-        return min(pool, key=lambda i: (i.sched.cache.used + i.pending_pages(), i.index))
+            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.used_pages(t), i.index))
+        return min(pool, key=lambda i: (i.used_pages(t) + i.pending_pages(), i.index))

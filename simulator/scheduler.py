@@ -85,6 +85,7 @@ class Plan:
     pages0: int = 0  # pages the batch holds before its first step
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
+    booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
 
     @property
     def empty(self) -> bool:
@@ -167,9 +168,8 @@ class Scheduler:
 
     def can_take_kv(self, seq: Seq) -> bool:
         """Disaggregated decode: can this instance hold the transferred prompt plus growth room now?"""
-        hit = self.cache.match_prefix(seq.keys)
-        fresh = self._pages(seq.target) - hit
-        return len(self.running) < self.max_running and fresh + self.reserve_pages <= self.cache.available
+        cost = self.cache.admission_cost(seq.keys, self._pages(seq.target))
+        return len(self.running) < self.max_running and cost + self.reserve_pages <= self.cache.available
 
     def take_kv(self, seq: Seq) -> int:
         """Hold the pages for a transferred prompt (from the start of the transfer); returns cached tokens."""
@@ -247,6 +247,20 @@ class Scheduler:
         steps = np.arange(1, n + 1, dtype=np.int64)
         return int(plan.ctx.sum()) + len(plan.idx) * steps, plan.pages0 + self.growth(plan, n)
 
+    def book(self, plan: Plan, k: int) -> None:
+        """Allocate the pages the plan's first k decode steps write. A step takes its pages when it starts, so
+        a clock that runs many steps at once books them as their start times pass, in the same order of cache
+        operations as one that runs them one by one."""
+        if not plan.decode or k <= plan.booked:
+            return
+        ps = self.cache.page_size
+        # Decode tables hold exactly ceil(tokens / page_size) pages: growth is a difference of ceilings.
+        need = (plan.ctx + (k + ps - 1)) // ps - (plan.ctx + (plan.booked + ps - 1)) // ps
+        grow = np.flatnonzero(need).tolist()
+        if grow:
+            self.cache.allocate_many([plan.decode[j].table for j in grow], need[grow].tolist())
+        plan.booked = k
+
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
         for seq, chunk in plan.prefill:  # prefill plans are one step long
@@ -273,24 +287,18 @@ class Scheduler:
         return ev
 
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
-        a, idx, ps = self.arrays, plan.idx, self.cache.page_size
+        a, idx = self.arrays, plan.idx
         if self.tracker.enabled:  # the pages read at each of the k steps
             ev.checked_pages = k * plan.pages0 + int(self.growth(plan, k).sum())
             self.counters.checked_pages += ev.checked_pages
-        old = plan.ctx  # nothing moves a batch sequence's progress between schedule and advance
-        new = old + k
-        a.computed[idx] = new
+        a.computed[idx] = plan.ctx + k  # nothing moves a batch sequence's progress between schedule and advance
         a.generated[idx] += k
         remaining = a.remaining[idx] - k
         a.remaining[idx] = remaining
         if self.injector is not None:
             f = a.fault_in[idx]
             a.fault_in[idx] = np.where(f >= 0, f - k, f)
-        # Decode tables hold exactly ceil(computed / page_size) pages, so growth is a difference of ceilings.
-        need = (new + ps - 1) // ps - (old + ps - 1) // ps
-        grow = np.flatnonzero(need).tolist()
-        if grow:
-            self.cache.allocate_many([plan.decode[j].table for j in grow], need[grow].tolist())
+        self.book(plan, k)
         for j in np.flatnonzero(remaining <= 0).tolist():
             self._finish(plan.decode[j], k - 1, ev)
 
@@ -333,9 +341,8 @@ class Scheduler:
     def _admit_waiting(self) -> None:
         while self.waiting and len(self.running) < self.max_running:
             seq = self.waiting[0]
-            hit_pages = self.cache.match_prefix(seq.keys)
             reserve = 0 if self.prefill_only else self.reserve_pages
-            if self._pages(seq.target) - hit_pages + reserve > self.cache.available:
+            if self.cache.admission_cost(seq.keys, self._pages(seq.target)) + reserve > self.cache.available:
                 break  # FCFS: the head waits for pages, nobody overtakes it
             self.waiting.popleft()
             hit = self.cache.acquire_prefix(seq.table, seq.keys)

@@ -54,10 +54,19 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
         # memory pressure: few pages, so preemption and admission waits happen
         {"deployment.decode.mem_fraction": 0.225, "integrity.fault_rate": 0.002,
          "integrity.fault_kinds": ["stale", "foreign", "out_of_range"]},
+        # load-aware routing over several decode instances reads their state between step boundaries
+        {"routing.policy": "least_kv", "deployment.decode.instances": 3, "deployment.decode.mem_fraction": 0.2,
+         "traffic.rate": 12.0},
+        # transfers land mid-run on instances short of pages: prefix reuse, eviction order and preemption
+        {"routing.policy": "prefix_aware", "deployment.decode.instances": 2, "deployment.decode.mem_fraction": 0.14,
+         "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0,
+         "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000}},
     ],
-    ids=["disaggregated", "colocated-chunked", "pressure-faults"],
+    ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption"],
 )
-def test_segments_and_single_steps_give_identical_timelines(over: dict[str, Any]) -> None:
+def test_segments_and_single_steps_give_identical_timelines(
+    over: dict[str, Any], request: pytest.FixtureRequest
+) -> None:
     sc = scenario(**over)
     seg, sim_seg = simulate(sc)
     step, sim_step = simulate(sc, step_mode=True)
@@ -66,6 +75,7 @@ def test_segments_and_single_steps_give_identical_timelines(over: dict[str, Any]
     assert dumps(seg) == dumps(step)
     steps = lambda sim: sum(i.stats.steps for p in sim.pools.values() for i in p)  # noqa: E731
     assert steps(sim_seg) == steps(sim_step)
+    assert seg["metrics"]["preempted"] > 0 or "preemption" not in request.node.callspec.id
 
 
 def test_nothing_is_lost() -> None:
