@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from simulator.engine import Simulation
 
 SERIES_POINTS = 120
+EVENTS_KEPT = 200  # integrity aborts listed in a Result (all are counted)
 
 
 def percentiles(values: np.ndarray) -> dict[str, float | None]:
@@ -113,4 +114,10 @@ def build_integrity(sim: Simulation) -> dict[str, Any]:
         "false_positives": sum(c.false_positives for c in counters),
         "aborted_requests": sum(c.aborted for c in counters),
         "tokens_lost": sum(c.tokens_lost for c in counters),
+        # each abort: which request, which table slot and page failed, how, and the fault planted there
+        "events": sorted(
+            ({"request": e.request, "slot": e.slot, "page": e.page, "kind": e.kind, "injected": e.injected}
+             for c in counters for e in c.aborts),
+            key=lambda e: e["request"],
+        )[:EVENTS_KEPT],
     }

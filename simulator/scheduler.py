@@ -102,6 +102,17 @@ class StepEvents:
     checked_pages: int = 0
 
 
+@dataclass(frozen=True)
+class AbortEvent:
+    """One request the integrity check stopped: which page of its table failed, how, and what was injected."""
+
+    request: int
+    slot: int
+    page: int  # the page id its table held there (−1 or out of range for an invalid id)
+    kind: str  # "tag_mismatch" | "invalid_page"
+    injected: str | None  # the fault planted there, None for a false positive
+
+
 @dataclass
 class Counters:
     preempted: int = 0
@@ -110,7 +121,7 @@ class Counters:
     false_positives: int = 0
     tokens_lost: int = 0
     checked_pages: int = 0
-    aborts: list[tuple[int, int, str]] = field(default_factory=list)  # (request id, slot, kind)
+    aborts: list[AbortEvent] = field(default_factory=list)
 
 
 class Scheduler:
@@ -383,17 +394,13 @@ class Scheduler:
                 self.counters.detected += 1
             self.counters.aborted += 1
             self.counters.tokens_lost += seq.generated
-            self.counters.aborts.append((seq.req.id, v.slot, v.kind))
+            page = int(seq.table.pages[v.slot])
+            self.counters.aborts.append(AbortEvent(seq.req.id, v.slot, page, v.kind, seq.fault and seq.fault.kind))
             self.running.remove(seq)
             release_after_fault(seq.table, self.cache, seq.fault)
             self._set_status(seq, "aborted")
             self.aborted.append(seq)
 
-    def occupancy(self) -> float:
-        return self.cache.used / self.cache.num_pages
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"Scheduler(running={len(self.running)}, waiting={len(self.waiting)}, free={self.cache.available})"
 
 
-__all__ = ["Plan", "Scheduler", "Seq", "StepEvents", "OutOfPages"]
+__all__ = ["AbortEvent", "Plan", "Scheduler", "Seq", "StepEvents", "OutOfPages"]

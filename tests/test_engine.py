@@ -94,6 +94,10 @@ def test_nothing_is_lost() -> None:
     assert m["rejected"] > 0 and m["preempted"] > 0 and m["aborted"] > 0
     assert it["aborted_requests"] == m["aborted"] == it["detected"] == it["injected"]
     assert it["false_positives"] == 0
+    expect = {"stale": "tag_mismatch", "foreign": "tag_mismatch", "out_of_range": "invalid_page"}
+    assert len(it["events"]) == m["aborted"]
+    assert all(e["kind"] == expect[e["injected"]] for e in it["events"])
+    assert {e["request"] for e in it["events"]} == {r.id for r in sim.records.values() if r.status == "aborted"}
 
 
 def test_queueing_matches_md1_closed_form() -> None:
