@@ -86,6 +86,7 @@ class Plan:
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
+    rows_at: list[list[int]] | None = None  # batch rows needing a new page at step s, by s % page_size
 
     @property
     def empty(self) -> bool:
@@ -265,11 +266,16 @@ class Scheduler:
         if not plan.decode or k <= plan.booked:
             return
         ps = self.cache.page_size
-        # Decode tables hold exactly ceil(tokens / page_size) pages: growth is a difference of ceilings.
-        need = (plan.ctx + (k + ps - 1)) // ps - (plan.ctx + (plan.booked + ps - 1)) // ps
-        grow = np.flatnonzero(need).tolist()
-        if grow:
-            self.cache.allocate_many([plan.decode[j].table for j in grow], need[grow].tolist())
+        if plan.rows_at is None:  # the sequences that need a new page at step s are rows_at[s % page_size]
+            offsets = (-plan.ctx) % ps
+            order = np.argsort(offsets, kind="stable")  # ascending batch order within one offset
+            bounds = np.searchsorted(offsets[order], np.arange(ps + 1)).tolist()
+            rows = order.tolist()
+            plan.rows_at = [rows[bounds[o] : bounds[o + 1]] for o in range(ps)]
+        # Step by step, in batch order within a step: the same page ids and tags a one-step clock hands out.
+        rows = [j for s in range(plan.booked, k) for j in plan.rows_at[s % ps]]
+        if rows:
+            self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
         plan.booked = k
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
