@@ -14,8 +14,6 @@ import numpy as np
 
 from simulator.cache import BlockTable, PagedCache
 
-OK, STALE, INVALID = 0, 1, 2  # the same status codes the GPU check kernel writes
-
 
 @dataclass(frozen=True)
 class Violation:

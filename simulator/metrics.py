@@ -94,6 +94,8 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
         "slo_attainment": round(slo_ok / len(recs), 4) if recs else None,
         "cost_per_mtok_usd": round(usd / (out_tok / 1e6), 4) if out_tok else None,
         "prefix_hit_rate": round(hits / lookups, 4) if lookups else 0.0,
+        # prompt tokens a decode instance already held (session affinity): their KV was not transferred
+        "transfer_tokens_saved": sum(r.cached_tokens for r in recs),
         "gpus": gpus,
         "utilization": {
             name: round(sum(i.stats.busy_s for i in insts) / (len(insts) * span), 4)

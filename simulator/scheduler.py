@@ -62,7 +62,6 @@ class Seq:
     target: int  # tokens whose KV must be in cache before decoding (prompt, or prompt + output on recompute)
     arrays: SeqArrays
     slot: int
-    decode_only: bool = False  # arrived with its KV (disaggregated decode): never prefills here unless preempted
     table: BlockTable = field(default_factory=BlockTable)
     keys: list[PageKey] = field(default_factory=list)
     order: int = 0  # admission order: preemption takes the newest first
@@ -189,7 +188,6 @@ class Scheduler:
         self.cache.note_lookup(seq.req.prompt_tokens)
         self.cache.allocate(seq.table, self._pages(seq.target) - hit)
         seq.computed = seq.target
-        seq.decode_only = True
         seq.status = "transfer"
         self._admit(seq)
         return hit * self.cache.page_size
@@ -380,7 +378,6 @@ class Scheduler:
         victim.fault = None
         victim.computed = 0
         victim.target = victim.req.prompt_tokens + victim.generated  # recompute what it had
-        victim.decode_only = False
         self.counters.preempted += 1
         self.waiting.appendleft(victim)
 

@@ -96,7 +96,6 @@ class HardwareSpec(Strict):
     bf16_tflops: PositiveFloat  # achievable dense BF16 matrix rate
     fp8_tflops: PositiveFloat
     nvlink_gbs: PositiveFloat  # per-GPU unidirectional NVLink bandwidth
-    gpus_per_node: PositiveInt = 8
     kernel_floor_us: PositiveFloat = 4.0  # launch + tail of one small kernel
     allreduce_latency_us: PositiveFloat = 8.0
     gpu_hour_usd: PositiveFloat = 3.5
