@@ -154,7 +154,7 @@ class Instance:
         self.stats.pages_grew_at(self._run_starts[j0:k], g[j0 + 1 : k + 1] - g[j0:k])
 
     def run_needs_more_than_free(self) -> bool:
-        """Can the run in flight still book all its remaining steps' pages?"""
+        """True when the run in flight can no longer book all its remaining steps' pages."""
         plan = self._run_plan
         return plan is not None and self._unbooked(len(self._run_ends)) > self.cache.available
 
@@ -173,7 +173,7 @@ class Instance:
         ctx, pages = self.sched.context_totals(plan, n)
         return self.cost.decode_step_s(len(plan.decode), ctx, pages, usage)
 
-    def _book(self, plan: Plan, n: int, m: int, usage: Usage) -> None:
+    def _keep_usage(self, plan: Plan, n: int, m: int, usage: Usage) -> None:
         """Keep the priced-from record of the m steps that ran, not of all n that were priced."""
         if m == n:
             self.cost.usage.merge(usage)
@@ -206,7 +206,7 @@ class Instance:
                 m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
-            self._book(plan, n, m, usage)
+            self._keep_usage(plan, n, m, usage)
             self._book_to(m)
             self._run_plan = None
             used = self.cache.used
