@@ -9,6 +9,7 @@ decide. `step_mode=True` forces one step at a time; a test requires both to give
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -109,6 +110,7 @@ class Instance:
         # the same order as under a clock that runs one step at a time.
         self._run_plan: Plan | None = None
         self._run_starts = self._run_ends = np.zeros(0)
+        self._run_end_list: list[float] = []  # the same ends for bisect: routing reads every instance often
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
         self.env.process(self._loop())
@@ -124,7 +126,8 @@ class Instance:
 
     def _started(self, t: float) -> int:
         """Steps of the run in flight that have started by time t (the one in flight at t included)."""
-        return min(len(self._run_ends), int(np.searchsorted(self._run_ends, t, side="left")) + 1)
+        ends = self._run_end_list
+        return min(len(ends), bisect_left(ends, t) + 1)
 
     def _unbooked(self, k: int) -> int:
         plan = self._run_plan
@@ -136,6 +139,8 @@ class Instance:
     def used_pages(self, t: float) -> int:
         """Pages held at time t, the run's steps started by then included (read-only: routing reads every
         instance and must not cut or book anything)."""
+        if self._run_plan is None or not self._run_plan.decode:
+            return self.cache.used
         return self.cache.used + self._unbooked(self._started(t))
 
     def settle(self, t: float) -> None:
@@ -196,7 +201,7 @@ class Instance:
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             usage = Usage()
             ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n, usage))))[1:]
-            self._run_plan, self._run_ends = plan, ends
+            self._run_plan, self._run_ends, self._run_end_list = plan, ends, ends.tolist()
             self._run_starts = np.concatenate(([self.clock], ends[:-1]))
             self._book_to(1)  # the first step starts now
             self.wake = env.event()
