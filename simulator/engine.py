@@ -154,9 +154,11 @@ class Instance:
         j0 = plan.booked
         if not plan.decode or k <= j0:
             return
-        g = np.concatenate(([0], self.sched.growth(plan, k)))
+        g = self.sched.growth(plan, k)
+        before = int(g[j0 - 1]) if j0 else 0
         self.sched.book(plan, k)
-        self.stats.pages_grew_at(self._run_starts[j0:k], g[j0 + 1 : k + 1] - g[j0:k])
+        if int(g[k - 1]) != before:
+            self.stats.pages_grew_at(self._run_starts[j0:k], np.diff(g[: k], prepend=0)[j0:k])
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages."""

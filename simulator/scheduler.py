@@ -85,7 +85,8 @@ class Plan:
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
-    rows_at: list[list[int]] | None = None  # batch rows needing a new page at step s, by s % page_size
+    offsets: np.ndarray | None = None  # each sequence's first step (mod page_size) that needs a new page
+    rows_at: dict[int, list[int]] = field(default_factory=dict)  # offset → batch rows, filled as needed
 
     @property
     def empty(self) -> bool:
@@ -213,7 +214,8 @@ class Scheduler:
                 break
             plan.ctx = self.arrays.computed[plan.idx]
             # A sequence with c cached tokens needs a new page at step s (0-based) when c + 1 + s ≡ 1 (mod ps).
-            plan.per_offset = np.bincount((-plan.ctx) % ps, minlength=ps)
+            plan.offsets = (-plan.ctx) % ps
+            plan.per_offset = np.bincount(plan.offsets, minlength=ps)
             if int(plan.per_offset[0]) <= self.cache.available:
                 plan.pages0 = int(((plan.ctx + (ps - 1)) // ps).sum())
                 break
@@ -263,17 +265,20 @@ class Scheduler:
         operations as one that runs them one by one."""
         if not plan.decode or k <= plan.booked:
             return
-        ps = self.cache.page_size
-        if plan.rows_at is None:  # the sequences that need a new page at step s are rows_at[s % page_size]
-            offsets = (-plan.ctx) % ps
-            order = np.argsort(offsets, kind="stable")  # ascending batch order within one offset
-            bounds = np.searchsorted(offsets[order], np.arange(ps + 1)).tolist()
-            rows = order.tolist()
-            plan.rows_at = [rows[bounds[o] : bounds[o + 1]] for o in range(ps)]
-        # Step by step, in batch order within a step: the same page ids and tags a one-step clock hands out.
-        rows = [j for s in range(plan.booked, k) for j in plan.rows_at[s % ps]]
-        if rows:
-            self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
+        g = self.growth(plan, k)
+        if plan.booked == 0 and g[k - 1] == 0 or plan.booked and g[k - 1] == g[plan.booked - 1]:
+            plan.booked = k  # no step in between takes a page
+            return
+        ps, rows_at = self.cache.page_size, plan.rows_at
+        assert plan.offsets is not None
+        rows: list[int] = []  # step by step, batch order within a step: the page ids a one-step clock hands out
+        for s in range(plan.booked, k):
+            o = s % ps
+            if plan.per_offset[o]:
+                if o not in rows_at:
+                    rows_at[o] = np.flatnonzero(plan.offsets == o).tolist()
+                rows += rows_at[o]
+        self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
         plan.booked = k
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
