@@ -66,10 +66,8 @@ class InstanceStats:
 
     def pages_grew_at(self, starts: np.ndarray, delta: np.ndarray) -> None:
         """Decode steps' new pages, each at the start of its step."""
-        keep = delta != 0
-        if keep.any():
-            self.page_t.append(starts[keep])
-            self.page_d.append(delta[keep])
+        self.page_t.append(starts)
+        self.page_d.append(delta)
 
     def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
         """All (time, change) pairs, in no particular order."""
@@ -149,16 +147,10 @@ class Instance:
             self._book_to(self._started(t))
 
     def _book_to(self, k: int) -> None:
-        plan = self._run_plan
-        assert plan is not None
-        j0 = plan.booked
-        if not plan.decode or k <= j0:
-            return
-        g = self.sched.growth(plan, k)
-        before = int(g[j0 - 1]) if j0 else 0
-        self.sched.book(plan, k)
-        if int(g[k - 1]) != before:
-            self.stats.pages_grew_at(self._run_starts[j0:k], np.diff(g[: k], prepend=0)[j0:k])
+        assert self._run_plan is not None
+        steps, counts = self.sched.book(self._run_plan, k)
+        if steps.size:
+            self.stats.pages_grew_at(self._run_starts[steps], counts)
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages."""
