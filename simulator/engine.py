@@ -52,28 +52,18 @@ class InstanceStats:
     decode_seq_steps: int = 0  # sum over steps of the decode batch size: mean batch = this / steps
     max_batch: int = 0
     # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
-    # was cut into segments, and the occupancy curve is their running sum in time order. Single changes go
-    # to plain lists (a numpy array per change would cost more than the change), runs of steps as arrays.
-    page_t: list[np.ndarray] = field(default_factory=list)
-    page_d: list[np.ndarray] = field(default_factory=list)
-    one_t: list[float] = field(default_factory=list)
-    one_d: list[int] = field(default_factory=list)
+    # was cut into runs, and the occupancy curve is their running sum in time order.
+    page_t: list[float] = field(default_factory=list)
+    page_d: list[int] = field(default_factory=list)
 
     def pages_changed(self, t: float, delta: int) -> None:
         if delta:
-            self.one_t.append(t)
-            self.one_d.append(delta)
-
-    def pages_grew_at(self, starts: np.ndarray, delta: np.ndarray) -> None:
-        """Decode steps' new pages, each at the start of its step."""
-        self.page_t.append(starts)
-        self.page_d.append(delta)
+            self.page_t.append(t)
+            self.page_d.append(delta)
 
     def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
         """All (time, change) pairs, in no particular order."""
-        t = np.concatenate([*self.page_t, np.array(self.one_t, dtype=float)])
-        d = np.concatenate([*self.page_d, np.array(self.one_d, dtype=np.int64)])
-        return t, d
+        return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
 
 
 def _first_of(env: simpy.Environment, *events: simpy.Event) -> simpy.Event:
@@ -107,8 +97,8 @@ class Instance:
         # the run books them as their start times pass (`settle`), so the cache sees the same operations in
         # the same order as under a clock that runs one step at a time.
         self._run_plan: Plan | None = None
-        self._run_starts = self._run_ends = np.zeros(0)
-        self._run_end_list: list[float] = []  # the same ends for bisect: routing reads every instance often
+        self._run_starts: list[float] = []
+        self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
         self.env.process(self._loop())
@@ -124,7 +114,7 @@ class Instance:
 
     def _started(self, t: float) -> int:
         """Steps of the run in flight that have started by time t (the one in flight at t included)."""
-        ends = self._run_end_list
+        ends = self._run_ends
         return min(len(ends), bisect_left(ends, t) + 1)
 
     def _unbooked(self, k: int) -> int:
@@ -149,8 +139,9 @@ class Instance:
     def _book_to(self, k: int) -> None:
         assert self._run_plan is not None
         steps, counts = self.sched.book(self._run_plan, k)
-        if steps.size:
-            self.stats.pages_grew_at(self._run_starts[steps], counts)
+        starts = self._run_starts
+        for step, count in zip(steps, counts, strict=True):
+            self.stats.pages_changed(starts[step], count)
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages."""
@@ -195,8 +186,8 @@ class Instance:
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             usage = Usage()
             ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n, usage))))[1:]
-            self._run_plan, self._run_ends, self._run_end_list = plan, ends, ends.tolist()
-            self._run_starts = np.concatenate(([self.clock], ends[:-1]))
+            self._run_plan, self._run_ends = plan, ends.tolist()
+            self._run_starts = [self.clock, *self._run_ends[:-1]]
             self._book_to(1)  # the first step starts now
             self.wake = env.event()
             yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)

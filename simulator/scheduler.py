@@ -259,28 +259,30 @@ class Scheduler:
         steps = np.arange(1, n + 1, dtype=np.int64)
         return int(plan.ctx.sum()) + len(plan.idx) * steps, plan.pages0 + self.growth(plan, n)
 
-    def book(self, plan: Plan, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
         """Allocate the pages the plan's first k decode steps write. A step takes its pages when it starts, so
         a clock that runs many steps at once books them as their start times pass, in the same order of cache
         operations as one that runs them one by one. Returns the steps that took pages and how many each."""
-        none = np.zeros(0, dtype=np.int64)
         if not plan.decode or k <= plan.booked:
-            return none, none
-        ps, rows_at = self.cache.page_size, plan.rows_at
-        assert plan.offsets is not None and plan.per_offset is not None
-        steps = np.arange(plan.booked, k)
-        counts = plan.per_offset[steps % ps]
-        taking = counts > 0
-        steps, counts = steps[taking], counts[taking]
+            return [], []
+        ps, rows_at, per_offset = self.cache.page_size, plan.rows_at, plan.per_offset
+        assert plan.offsets is not None and per_offset is not None
+        if k == plan.booked + 1:  # one step (a run's first, or a one-step clock): no arrays needed
+            steps = [plan.booked] if per_offset[plan.booked % ps] else []
+        else:
+            span = np.arange(plan.booked, k)
+            steps = span[per_offset[span % ps] > 0].tolist()
         plan.booked = k
-        if not steps.size:
-            return none, none
         rows: list[int] = []  # step by step, batch order within a step: the page ids a one-step clock hands out
-        for o in (steps % ps).tolist():
+        counts: list[int] = []
+        for step in steps:
+            o = step % ps
             if o not in rows_at:
                 rows_at[o] = np.flatnonzero(plan.offsets == o).tolist()
             rows += rows_at[o]
-        self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
+            counts.append(len(rows_at[o]))
+        if rows:
+            self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
         return steps, counts
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
