@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import MofNCompleteColumn, Progress
 
 from simulator import loader, ops, presets
 from simulator.modeled_profile import git_commit, write_modeled_profile
@@ -148,18 +150,22 @@ def measured_profile(device: str, shapes: Iterable[tuple[str, dict[str, Any]]], 
     ceil = ceilings(device)
     kernels: dict[str, list[dict[str, Any]]] = {}
     failed, left = [], 0
-    for i, (family, s) in enumerate(todo, 1):
-        if deadline is not None and time.monotonic() > deadline:
-            left = len(todo) - i + 1
-            break
-        try:
-            kernels.setdefault(family, []).append({"shape": s, **time_op(family, dict(s), device)})
-        except Exception as exc:  # noqa: BLE001 - one failing shape must not lose the others' numbers
-            failed.append({"family": family, "shape": s, "error": repr(exc)[:200]})
-        if device == "cuda" and i % 50 == 0:
-            torch.cuda.empty_cache()
-        (say or _progress)(f"{i}/{len(todo)} {family}")
-    print(file=sys.stderr)
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=Console(stderr=True),
+                  disable=say is not None) as bar:
+        task = bar.add_task("profiling", total=len(todo))
+        for i, (family, s) in enumerate(todo, 1):
+            if deadline is not None and time.monotonic() > deadline:
+                left = len(todo) - i + 1
+                break
+            try:
+                kernels.setdefault(family, []).append({"shape": s, **time_op(family, dict(s), device)})
+            except Exception as exc:  # noqa: BLE001 - one failing shape must not lose the others' numbers
+                failed.append({"family": family, "shape": s, "error": repr(exc)[:200]})
+            if device == "cuda" and i % 50 == 0:
+                torch.cuda.empty_cache()
+            bar.update(task, advance=1, description=family)
+            if say is not None:
+                say(f"{i}/{len(todo)} {family}")
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine(),
         "source": "measured",
@@ -172,10 +178,6 @@ def measured_profile(device: str, shapes: Iterable[tuple[str, dict[str, Any]]], 
         "failed": failed,
         "unmeasured": left,
     }
-
-
-def _progress(line: str) -> None:
-    print(f"\r{line:60}", end="", file=sys.stderr, flush=True)
 
 
 def _versions(torch: Any) -> dict[str, str]:
