@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from kernels.measure import work
+from simulator.atomic import write_atomic
 from simulator.profiling import collect_shapes, flat, measured_profile
-from simulator.sweep import write_atomic
 
 
 def _shapes(quick: bool) -> list[tuple[str, dict]]:

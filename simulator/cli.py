@@ -85,7 +85,7 @@ def _simulate(sc: Any, base_dir: Path) -> dict[str, Any]:
 @set_option
 def run(scenario: Path, as_json: bool, out: Path | None, sets: tuple[str, ...]) -> None:
     """Simulate a scenario on the modeled clock (its `sweep` block is ignored)."""
-    from simulator.sweep import write_atomic
+    from simulator.atomic import write_atomic
 
     sc, _ = loader.load(scenario, sets)
     result = _simulate(sc, scenario.parent)
@@ -106,7 +106,8 @@ def run(scenario: Path, as_json: bool, out: Path | None, sets: tuple[str, ...]) 
 @set_option
 def sweep(scenario: Path, as_json: bool, out: Path, jobs: int, sets: tuple[str, ...]) -> None:
     """Run every point of the scenario's `sweep` block; print a table, write a CSV."""
-    from simulator.sweep import points, scenario_at, to_csv, write_atomic
+    from simulator.atomic import write_atomic
+    from simulator.sweep import points, scenario_at, to_csv
 
     sc, raw = loader.load(scenario, sets)
     pts = points(sc)

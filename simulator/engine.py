@@ -20,14 +20,14 @@ import simpy
 
 from simulator.cache import PagedCache
 from simulator.costmodel import CostModel, Usage
+from simulator.errors import InputError
 from simulator.integrity import CheckingTracker, FaultInjector, NoopTracker
-from simulator.memory import pool_capacity
+from simulator.memory import PoolCapacity, kv_bytes_per_token, pool_capacity
 from simulator.profile import Profile
 from simulator.request import Request
 from simulator.routing import Router
 from simulator.scenario import Pool, Scenario
 from simulator.scheduler import Plan, Scheduler, Seq, StepEvents
-from simulator.specs import MLA
 from simulator.traffic import TrafficSource, make_source
 
 
@@ -225,16 +225,14 @@ class Simulation:
         if sc.integrity.fault_rate > 0:
             self.injector = FaultInjector(list(sc.integrity.fault_kinds), np.random.default_rng([sc.seed, 7]))
         self.pools: dict[str, list[Instance]] = {}
-        self.capacity = {}
+        self.capacity: dict[str, PoolCapacity] = {}
         rng_seed = 0
         colocated = sc.deployment.mode == "colocated"
         for name, pool in sc.deployment.pools().items():
             cap = pool_capacity(sc.model, sc.hardware, pool)
             self.capacity[name] = cap
-            if not cap.fits or cap.pages <= 0:
-                from simulator.errors import InputError
-
-                raise InputError(f"deployment.{name}: {cap.reason or 'no KV pages fit'}")
+            if not cap.fits:
+                raise InputError(f"deployment.{name}: {cap.reason}")
             cost = CostModel(sc.model, sc.hardware, pool, self.profile, sc.integrity.enabled)
             insts = []
             for i in range(pool.instances):
@@ -256,13 +254,12 @@ class Simulation:
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
 
     def _transfer_bytes_per_token(self) -> float:
-        """Bytes of one token's KV for a whole instance (MLA: one latent copy; GQA: all KV heads)."""
-        if "prefill" not in self.pools:
-            return 0.0
+        """Bytes of one token's KV that cross the link: the prefill pool's cache format, one copy of every KV
+        head (the per-GPU figure at tp=1 — MLA's latent is the same on every rank, GQA's heads are all of them)."""
         pool = self.sc.deployment.prefill
-        assert pool is not None
-        per_gpu = self.capacity["prefill"].kv_bytes_per_token
-        return per_gpu if isinstance(self.sc.model.attention, MLA) else per_gpu * pool.tp
+        if pool is None or "prefill" not in self.pools:
+            return 0.0
+        return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1})))
 
     # -- traffic ---------------------------------------------------------------------------------------
     def run(self) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator import roofline
+from simulator.atomic import write_atomic
 from simulator.ops import COLLECTIVES
 from simulator.specs import HardwareSpec
 
@@ -55,8 +56,5 @@ def write_modeled_profile(hw: HardwareSpec, shapes: Mapping[str, Sequence[Mappin
                           out_path: str | Path) -> Path:
     """Write the modeled profile JSON to `out_path` (folders created, written whole or not at all)."""
     path = Path(out_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(modeled_profile(hw, shapes), indent=1) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(modeled_profile(hw, shapes), indent=1) + "\n")
     return path

@@ -27,10 +27,11 @@ from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress
 
 from simulator import loader, ops, presets
+from simulator.atomic import write_atomic
 from simulator.modeled_profile import git_commit, write_modeled_profile
 from simulator.profile import AXES, categorical
 from simulator.specs import HardwareSpec, ModelSpec
-from simulator.sweep import points, scenario_at, write_atomic
+from simulator.sweep import points, scenario_at
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 BUDGET = 1500  # shapes of a full run: ~150 ms each on a GPU (do_bench's 10 + 50 ms plus set-up) is ~4 min

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import itertools
-from pathlib import Path
 from typing import Any
 
 from simulator import loader
@@ -99,11 +98,3 @@ def paired_deltas(results: list[dict[str, Any]], axis: str) -> list[dict[str, An
             "tpot_p95_change": (tpot_a / tpot_b - 1) if tpot_a is not None and tpot_b else None,
         })
     return rows
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write whole or not at all: a crash never leaves half a file where a result was."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
