@@ -8,44 +8,98 @@ about time. Shaped after nano-vllm's block manager: a page is either free, held 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
-
 import numpy as np
 
 PageKey = tuple[int, int]  # (chained prefix hash of the block holding the page's last token, end offset)
 
 
-@dataclass
+class TableStore:
+    """Every block table of one cache as a row of two 2-D arrays, page ids and generation tags.
+
+    It is the layout a GPU's batched integrity check reads (`block_tables[batch, max_pages]`), and it makes
+    the check over a whole decode batch one gather and compare instead of a concatenation of every table.
+    A table holds a row only while it holds pages, so rows stay few; columns grow to the longest table.
+    Entries past a table's length hold the cache's null page with tag 0, which the check passes without a
+    mask: the null page's tag is always 0 and no live entry records 0 (tags start at 1).
+    """
+
+    def __init__(self, null_page: int, rows: int = 64, width: int = 64) -> None:
+        self.null_page = null_page
+        self.pages = np.full((rows, width), null_page, dtype=np.int64)
+        self.tags = np.zeros((rows, width), dtype=np.int64)
+        self._free_rows = list(range(rows - 1, -1, -1))
+
+    def take_row(self) -> int:
+        if not self._free_rows:
+            rows = len(self.pages)
+            self._resize(2 * rows, self.pages.shape[1])
+            self._free_rows = list(range(2 * rows - 1, rows - 1, -1))
+        return self._free_rows.pop()
+
+    def give_row(self, row: int, n: int) -> None:
+        """A table of n entries gave its row back: pad it again."""
+        self.pages[row, :n] = self.null_page
+        self.tags[row, :n] = 0
+        self._free_rows.append(row)
+
+    def fit(self, width: int) -> None:
+        """Make room for tables of `width` pages."""
+        if width > self.pages.shape[1]:
+            self._resize(len(self.pages), max(width, 2 * self.pages.shape[1]))
+
+    def _resize(self, rows: int, width: int) -> None:
+        for name, pad in (("pages", self.null_page), ("tags", 0)):
+            old = getattr(self, name)
+            new = np.full((rows, width), pad, dtype=np.int64)
+            new[: old.shape[0], : old.shape[1]] = old
+            setattr(self, name, new)
+
+
+_NO_PAGES = np.zeros(0, dtype=np.int64)
+_NO_PAGES.flags.writeable = False
+
+
 class BlockTable:
     """A sequence's pages in order and the generation tag each page had when this sequence got it.
 
-    Kept as growable numpy arrays so the integrity check over a whole batch is one vectorised compare.
+    Its entries live in a row of its cache's `TableStore` from the first page it gets until it releases
+    them; `pages` and `tags` are views of that row (valid up to `n`), so a view must not be held across an
+    allocation, which may move the store.
     """
 
-    pages: np.ndarray = field(default_factory=lambda: np.empty(16, dtype=np.int64))
-    tags: np.ndarray = field(default_factory=lambda: np.empty(16, dtype=np.int64))
-    n: int = 0
+    __slots__ = ("store", "row", "n")
 
-    def append(self, page: int, tag: int) -> None:
-        """One page: scalar stores, far cheaper than a one-element `extend`."""
-        if self.n == len(self.pages):
-            self._reserve(self.n + 1)
-        self.pages[self.n] = page
-        self.tags[self.n] = tag
-        self.n += 1
+    def __init__(self) -> None:
+        self.store: TableStore | None = None
+        self.row = -1
+        self.n = 0
+
+    @property
+    def pages(self) -> np.ndarray:
+        return _NO_PAGES if self.store is None else self.store.pages[self.row]
+
+    @property
+    def tags(self) -> np.ndarray:
+        return _NO_PAGES if self.store is None else self.store.tags[self.row]
+
+    def attach(self, store: TableStore) -> None:
+        if self.store is None:
+            self.store, self.row = store, store.take_row()
+        assert self.store is store, "a block table belongs to one cache"
+
+    def detach(self) -> None:
+        """The table released its pages: its row goes back to the store."""
+        if self.store is not None:
+            self.store.give_row(self.row, self.n)
+        self.store, self.row, self.n = None, -1, 0
 
     def extend(self, pages: np.ndarray, tags: np.ndarray) -> None:
+        assert self.store is not None
         end = self.n + len(pages)
-        if end > len(self.pages):
-            self._reserve(end)
-        self.pages[self.n : end] = pages
-        self.tags[self.n : end] = tags
+        self.store.fit(end)
+        self.store.pages[self.row, self.n : end] = pages
+        self.store.tags[self.row, self.n : end] = tags
         self.n = end
-
-    def _reserve(self, end: int) -> None:
-        size = max(end, 2 * len(self.pages))
-        self.pages = np.concatenate([self.pages[: self.n], np.empty(size - self.n, dtype=np.int64)])
-        self.tags = np.concatenate([self.tags[: self.n], np.empty(size - self.n, dtype=np.int64)])
 
     def live_pages(self) -> np.ndarray:
         return self.pages[: self.n]
@@ -65,8 +119,9 @@ class PagedCache:
         self.prefix_caching = prefix_caching
         self.refcount = np.zeros(num_pages, dtype=np.int64)
         # Generation tags are drawn from one counter for the whole cache, so no two allocations of any
-        # pages ever share a tag: a foreign page id can never carry the tag a sequence recorded.
-        self.tag = np.zeros(num_pages, dtype=np.int64)
+        # pages ever share a tag: a foreign page id can never carry the tag a sequence recorded. One more
+        # entry, the null page (id num_pages, tag 0 for ever), pads the table store; it is never handed out.
+        self.tag = np.zeros(num_pages + 1, dtype=np.int64)
         self.next_tag = 1
         self.free: list[int] = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
         self.cached: OrderedDict[int, None] = OrderedDict()  # unreferenced pages with a key, LRU first
@@ -74,6 +129,7 @@ class PagedCache:
         self.page_of: dict[PageKey, int] = {}
         self.hit_tokens = 0
         self.lookup_tokens = 0
+        self.store = TableStore(null_page=num_pages)
 
     # -- capacity ---------------------------------------------------------------------------------
     @property
@@ -94,17 +150,26 @@ class PagedCache:
     def allocate(self, table: BlockTable, count: int) -> None:
         """Append `count` fresh pages to a table, each recorded with its new generation tag."""
         pages, tags = self._take(count)
+        table.attach(self.store)
         table.extend(pages, tags)
 
     def allocate_many(self, tables: list[BlockTable], counts: list[int]) -> None:
         """`allocate` for several tables at once: one bulk take, then each table its slice, in order."""
         pages, tags = self._take(sum(counts))
-        if len(pages) == len(tables):  # one page each (a decode run's growth, mostly): scalar appends
-            for table, page, tag in zip(tables, pages.tolist(), tags.tolist(), strict=True):
-                table.append(page, tag)
+        if len(pages) == len(tables):  # one page each (a decode run's growth, mostly): two scattered stores
+            store, rows, cols = self.store, [], []
+            for table in tables:  # a table listed twice gets consecutive columns
+                table.attach(store)
+                rows.append(table.row)
+                cols.append(table.n)
+                table.n += 1
+            store.fit(max(cols) + 1)
+            store.pages[rows, cols] = pages
+            store.tags[rows, cols] = tags
             return
         start = 0
         for table, c in zip(tables, counts, strict=True):
+            table.attach(self.store)
             table.extend(pages[start : start + c], tags[start : start + c])
             start += c
 
@@ -152,12 +217,13 @@ class PagedCache:
     def acquire_prefix(self, table: BlockTable, keys: list[PageKey]) -> int:
         """Share the cached leading pages of `keys` into an empty table; returns pages reused."""
         n = self.match_prefix(keys)
-        for k in keys[:n]:
-            page = self.page_of[k]
-            if self.refcount[page] == 0:
-                del self.cached[page]
-            self.refcount[page] += 1
-            table.append(page, int(self.tag[page]))
+        if n:
+            pages = np.array([self.page_of[k] for k in keys[:n]], dtype=np.int64)
+            for page in pages[self.refcount[pages] == 0].tolist():
+                del self.cached[page]  # held again: no longer evictable
+            self.refcount[pages] += 1  # a prefix never lists a page twice
+            table.attach(self.store)
+            table.extend(pages, self.tag[pages])
         self.hit_tokens += n * self.page_size
         return n
 
@@ -196,7 +262,7 @@ class PagedCache:
                 self.cached[page] = None
             else:
                 self.free.append(page)
-        table.n = 0
+        table.detach()
 
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""

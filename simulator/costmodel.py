@@ -116,9 +116,10 @@ class _DecodePlan:
     """Steps of one shape (decode batch size, prefill chunks): fixed ops, and ops that move with the decode
     context and pages.
 
-    Roofline parts that are one line fold into `a + b·ctx_total + c·pages`; the rest are added part by part.
-    A step where a table does not reach is priced again with those parts on the roofline, by the same
-    arithmetic in the same order, so pricing one step or many gives bit-identical times.
+    Roofline parts that are one line fold into `a + b·ctx_total + c·pages`; the rest are added part by part,
+    and where a table does not reach a step, the roofline prices that part of that step. The arithmetic is
+    elementwise and in the same order however many steps are priced, so one step or many give bit-identical
+    times.
     """
 
     def __init__(self, batch: int, fixed: _Fixed, parts: list[_Varying]) -> None:
@@ -133,52 +134,59 @@ class _DecodePlan:
         self.fallbacks = list((fixed.fallbacks + Counter({v.family: v.count for v in lines})).items())
         self.by_source = [(src, us * 1e-6) for src, us in fixed.by_source.items() if us]
 
-    def us(self, ctx_total: np.ndarray, pages: np.ndarray, usage: Usage) -> np.ndarray:
-        """Microseconds of each step; books every priced second to its source in `usage`."""
-        n = ctx_total.size
-        us, roof_us = self._add(ctx_total, pages, None)
-        total = float(us.sum())
-        if np.isnan(total):
-            us, roof_us = self._add(ctx_total, pages, usage)
-            total = float(us.sum())
-        var_us = total - self.fixed.us * n
-        if not self.tabled:
-            roof_us = var_us
-        elif self.a != self.fixed.us or self.b or self.c:  # what the folded roofline lines added
-            roof_us += (self.a - self.fixed.us) * n + self.b * float(ctx_total.sum()) + self.c * float(pages.sum())
-        seconds = usage.seconds
-        seconds["table"] += (var_us - roof_us) * 1e-6
-        seconds["fallback"] += roof_us * 1e-6
-        for src, fixed_s in self.by_source:
-            seconds[src] += fixed_s * n
-        for fam, k in self.fallbacks:
-            usage.fallback_ops[fam] += k * n
-        return us
-
-    def _add(self, ctx_total: np.ndarray, pages: np.ndarray, misses: Usage | None) -> tuple[np.ndarray, float]:
-        """The steps' microseconds and the roofline part of the unfolded parts; with `misses`, steps a table
-        does not reach are priced on the roofline (and counted there), else they come out NaN."""
+    def price(self, ctx_total: np.ndarray, pages: np.ndarray) -> DecodeSteps:
+        """Microseconds of each step, and what is needed to book the ones that run (`DecodeSteps.book`)."""
         us = self.a + self.b * ctx_total
         if self.c:
             us += self.c * pages
-        roof_us = 0.0
-        if self.parts:
-            ctx = ctx_total / max(self.batch, 1)
-            for v in self.parts:
-                x = pages if v.key == "pages" else ctx
-                if v.cap is not None:
-                    x = np.minimum(x, v.cap)
-                t = v.at(x)
-                if v.curve is None:
-                    roof_us += float(t.sum())
-                elif misses is not None:
-                    miss = np.isnan(t)
-                    if miss.any():
-                        t[miss] = v.roof(x[miss])
-                        roof_us += float(t[miss].sum())
-                        misses.fallback_ops[v.family] += int(miss.sum()) * v.count
-                us += t
-        return us, roof_us
+        if not self.parts:  # every varying part on one roofline line
+            return DecodeSteps(self, us, None, ())
+        # With a profile table among the parts, the roofline's share is tracked step by step.
+        roof = np.full(len(us), self.a - self.fixed.us) + self.b * ctx_total + self.c * pages if self.tabled else None
+        misses = []
+        ctx = ctx_total / max(self.batch, 1)
+        for v in self.parts:
+            x = pages if v.key == "pages" else ctx
+            if v.cap is not None:
+                x = np.minimum(x, v.cap)
+            t = v.at(x)
+            if roof is None:
+                pass
+            elif v.curve is None:
+                roof += t
+            else:
+                miss = np.isnan(t)
+                if miss.any():  # the table does not reach these steps: the roofline prices them
+                    t[miss] = v.roof(x[miss])
+                    roof[miss] += t[miss]
+                    misses.append((v.family, miss, v.count))
+            us += t
+        return DecodeSteps(self, us, roof, tuple(misses))
+
+
+@dataclass(slots=True)
+class DecodeSteps:
+    """n decode steps priced, not yet booked: a run may stop early, and only the steps that ran are booked."""
+
+    plan: _DecodePlan
+    us: np.ndarray  # microseconds of each step
+    roof: np.ndarray | None  # the roofline's microseconds of each step's varying part; None: all of it
+    misses: tuple[tuple[str, np.ndarray, int], ...]  # (family, steps its table missed, ops per step)
+
+    def book(self, m: int, usage: Usage) -> None:
+        """Book the first m steps' seconds by source and fallback op counts."""
+        plan = self.plan
+        var_us = float(self.us[:m].sum()) - plan.fixed.us * m
+        roof_us = var_us if self.roof is None else float(self.roof[:m].sum())
+        seconds = usage.seconds
+        seconds["table"] += (var_us - roof_us) * 1e-6
+        seconds["fallback"] += roof_us * 1e-6
+        for src, fixed_s in plan.by_source:
+            seconds[src] += fixed_s * m
+        for fam, k in plan.fallbacks:
+            usage.fallback_ops[fam] += k * m
+        for fam, miss, k in self.misses:
+            usage.fallback_ops[fam] += int(miss[:m].sum()) * k
 
 
 @dataclass
@@ -271,15 +279,17 @@ class CostModel:
         self._chunks: dict[tuple[int, int], _Part] = {}
 
     # -- public ------------------------------------------------------------------------------------------
+    def decode_steps(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray) -> DecodeSteps:
+        """Decode-only steps of `batch` sequences, one per element of the context/page totals, priced but not
+        booked: the caller books the steps that ran (a run of steps may be cut short)."""
+        return self._plan(batch).price(ctx_total, pages_total)
+
     def decode_step_s(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray,
                       usage: Usage | None = None) -> np.ndarray:
-        """Seconds of decode-only steps of `batch` sequences, one per element of the context/page totals.
-
-        Priced seconds are booked to `usage` (default: this model's own); a caller that may run only some of
-        the steps it priced books into a scratch `Usage` and keeps what it ran."""
-        plan = self._plan(batch)
-        book = self.usage if usage is None else usage
-        return plan.us(np.asarray(ctx_total, dtype=float), np.asarray(pages_total, dtype=float), book) * 1e-6
+        """Seconds of decode-only steps, all booked to `usage` (default: this model's own)."""
+        steps = self.decode_steps(batch, ctx_total, pages_total)
+        steps.book(len(steps.us), self.usage if usage is None else usage)
+        return steps.us * 1e-6
 
     def step_s(self, decode_batch: int, decode_ctx_total: int, decode_pages: int,
                chunks: Sequence[tuple[int, int]], usage: Usage | None = None) -> float:

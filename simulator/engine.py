@@ -19,7 +19,7 @@ import numpy as np
 import simpy
 
 from simulator.cache import PagedCache
-from simulator.costmodel import CostModel, Usage
+from simulator.costmodel import CostModel, DecodeSteps
 from simulator.errors import InputError
 from simulator.integrity import CheckingTracker, FaultInjector, NoopTracker
 from simulator.memory import PoolCapacity, kv_bytes_per_token, pool_capacity
@@ -154,22 +154,17 @@ class Instance:
             self.wake.succeed()
 
     # -- the step loop -------------------------------------------------------------------------------
-    def _price(self, plan: Plan, n: int, usage: Usage) -> np.ndarray:
+    def _price(self, plan: Plan, n: int) -> tuple[np.ndarray, DecodeSteps | None]:
+        """Seconds of the plan's next n steps, and for a decode run the priced steps to book once it is known
+        how many ran. A step with prefill chunks is always a run of one, so it is booked at once."""
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]
-            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks, usage)
-            return np.array([t])
+            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            return np.array([t]), None
         ctx, pages = self.sched.context_totals(plan, n)
-        return self.cost.decode_step_s(len(plan.decode), ctx, pages, usage)
-
-    def _keep_usage(self, plan: Plan, n: int, m: int, usage: Usage) -> None:
-        """Keep the priced-from record of the m steps that ran, not of all n that were priced."""
-        if m == n:
-            self.cost.usage.merge(usage)
-        else:  # a cut decode run: book its first m steps again, exactly
-            ctx, pages = self.sched.context_totals(plan, m)
-            self.cost.decode_step_s(len(plan.decode), ctx, pages)
+        steps = self.cost.decode_steps(len(plan.decode), ctx, pages)
+        return steps.us * 1e-6, steps
 
     def _loop(self):
         env, sched, st = self.env, self.sched, self.stats
@@ -184,8 +179,8 @@ class Instance:
                 self.clock = max(self.clock, self.wake_at)
                 continue
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
-            usage = Usage()
-            ends = np.add.accumulate(np.concatenate(([self.clock], self._price(plan, n, usage))))[1:]
+            seconds, priced = self._price(plan, n)
+            ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:]
             self._run_plan, self._run_ends = plan, ends.tolist()
             self._run_starts = [self.clock, *self._run_ends[:-1]]
             self._book_to(1)  # the first step starts now
@@ -196,7 +191,8 @@ class Instance:
                 m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
-            self._keep_usage(plan, n, m, usage)
+            if priced is not None:
+                priced.book(m, self.cost.usage)
             self._book_to(m)
             self._run_plan = None
             used = self.cache.used
@@ -373,7 +369,8 @@ class Simulation:
 
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         self._release(src, pseq, end)
-        src.notify(end)
+        if src.sched.waiting:  # freed pages may admit the head of its queue; else there is nothing to decide
+            src.notify(end)
         dst.sched.start_decode(dseq)
         self.records[dseq.req.id].first_token = end
         dst.notify(end)

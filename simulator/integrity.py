@@ -23,33 +23,32 @@ class Violation:
 
 
 def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
-    """Vectorised batched check; returns the violations and the number of page entries checked.
+    """Vectorised batched check of tables held in `cache`; returns the violations and the number of page
+    entries checked.
 
-    A page id is validated before it indexes the tag array: a −1 used as an index would silently read
-    the last page's tag.
+    The batch's rows of the cache's table store are checked at once, as the GPU kernel does. Page ids are
+    read as unsigned and capped at the null page, so −1 and ids past the end read tag 0, which no live entry
+    records: an invalid id fails the compare and never indexes a real page's tag. Padding (the null page with
+    tag 0) passes.
     """
     if not tables:
         return [], 0
-    pages = np.concatenate([t.pages[: t.n] for t in tables])
-    recorded = np.concatenate([t.tags[: t.n] for t in tables])
-    total = len(pages)
-    valid = (pages >= 0) & (pages < cache.num_pages)
-    current = cache.tag[np.where(valid, pages, 0)]
-    bad = ~valid | (current != recorded)
+    width = max(t.n for t in tables)
+    total = sum(t.n for t in tables)
+    if width == 0:
+        return [], 0
+    rows = np.array([t.row for t in tables], dtype=np.int64)
+    store = cache.store
+    pages, recorded = store.pages[rows, :width], store.tags[rows, :width]
+    ids = np.minimum(pages.view(np.uint64), np.uint64(store.null_page))  # (np.take's own clip is signed)
+    bad = cache.tag[ids] != recorded
     if not bad.any():
         return [], total
-    counts = np.array([t.n for t in tables], dtype=np.int64)
-    owner = np.repeat(np.arange(len(tables)), counts)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    out: list[Violation] = []
-    seen: set[int] = set()
-    for pos in np.flatnonzero(bad).tolist():
-        i = int(owner[pos])
-        if i in seen:
-            continue
-        seen.add(i)
-        kind = "invalid_page" if not valid[pos] else "tag_mismatch"
-        out.append(Violation(i, pos - int(starts[i]), kind))
+    out = []
+    for i in np.flatnonzero(bad.any(axis=1)).tolist():
+        slot = int(np.argmax(bad[i]))
+        valid = 0 <= pages[i, slot] < cache.num_pages
+        out.append(Violation(i, slot, "tag_mismatch" if valid else "invalid_page"))
     return out, total
 
 

@@ -74,19 +74,23 @@ class Seq:
     fault_in = _array_field("fault_in")  # decode steps before an injected fault (-1: none planned)
 
 
-@dataclass
+@dataclass(slots=True)
 class Plan:
     prefill: list[tuple[Seq, int]] = field(default_factory=list)  # (sequence, tokens of this chunk)
     decode: list[Seq] = field(default_factory=list)
-    idx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # the decode batch's slots
-    # Read once when the batch is fixed (pricing, growth, checks and the advance all reuse them):
-    ctx: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # each sequence's tokens cached
+    # Read once when the decode batch is fixed (pricing, growth, checks and the advance all reuse them); None
+    # for a plan without decode, which most empty schedules are, so building one stays cheap.
+    idx: np.ndarray | None = None  # the decode batch's slots
+    ctx: np.ndarray | None = None  # each sequence's tokens cached
     pages0: int = 0  # pages the batch holds before its first step
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
     offsets: np.ndarray | None = None  # each sequence's first step (mod page_size) that needs a new page
-    rows_at: dict[int, list[int]] = field(default_factory=dict)  # offset → batch rows, filled as needed
+    # Batch rows grouped by offset, in batch order within a group (made on the first booking that needs it):
+    # rows needing a page at offset o are by_offset[start[o] : start[o + 1]].
+    by_offset: list[int] | None = None
+    start: list[int] | None = None
 
     @property
     def empty(self) -> bool:
@@ -265,7 +269,7 @@ class Scheduler:
         operations as one that runs them one by one. Returns the steps that took pages and how many each."""
         if not plan.decode or k <= plan.booked:
             return [], []
-        ps, rows_at, per_offset = self.cache.page_size, plan.rows_at, plan.per_offset
+        ps, per_offset = self.cache.page_size, plan.per_offset
         assert plan.offsets is not None and per_offset is not None
         if k == plan.booked + 1:  # one step (a run's first, or a one-step clock): no arrays needed
             steps = [plan.booked] if per_offset[plan.booked % ps] else []
@@ -273,16 +277,20 @@ class Scheduler:
             span = np.arange(plan.booked, k)
             steps = span[per_offset[span % ps] > 0].tolist()
         plan.booked = k
+        if not steps:
+            return [], []
+        if plan.by_offset is None:
+            plan.by_offset = np.argsort(plan.offsets, kind="stable").tolist()
+            plan.start = [0, *np.cumsum(per_offset).tolist()]
+        by_offset, start = plan.by_offset, plan.start
+        assert start is not None
         rows: list[int] = []  # step by step, batch order within a step: the page ids a one-step clock hands out
         counts: list[int] = []
         for step in steps:
             o = step % ps
-            if o not in rows_at:
-                rows_at[o] = np.flatnonzero(plan.offsets == o).tolist()
-            rows += rows_at[o]
-            counts.append(len(rows_at[o]))
-        if rows:
-            self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
+            rows += by_offset[start[o] : start[o + 1]]
+            counts.append(start[o + 1] - start[o])
+        self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
         return steps, counts
 
     def advance(self, plan: Plan, k: int) -> StepEvents:

@@ -88,6 +88,20 @@ def test_negative_page_id_is_invalid_not_last_page() -> None:
     assert checked == 4 and violations[0].kind == "invalid_page" and violations[0].slot == 0
 
 
+@pytest.mark.parametrize("bad_id", [-1, 4, 5, 1 << 40])
+def test_invalid_ids_fail_even_where_a_wrapped_or_clipped_index_would_pass(bad_id: int) -> None:
+    """Page 0 and the null page (id num_pages, tag 0) are where a signed wrap or a clip would land; a live entry
+    pointing past the end must fail however its id is turned into an index, and padding must pass."""
+    cache = PagedCache(num_pages=4, page_size=4, prefix_caching=False)
+    t, other = BlockTable(), BlockTable()
+    cache.allocate(t, 1)  # page 0, so a -1 read as 0 would match its recorded tag
+    cache.allocate(other, 3)
+    t.pages[0] = bad_id
+    violations, checked = check_tables([t, other], cache)
+    assert checked == 4 and len(violations) == 1
+    assert (violations[0].index, violations[0].slot, violations[0].kind) == (0, 0, "invalid_page")
+
+
 def test_noop_tracker_checks_nothing() -> None:
     cache = PagedCache(num_pages=4, page_size=4, prefix_caching=False)
     t = BlockTable()
