@@ -8,6 +8,7 @@ about time. Shaped after nano-vllm's block manager: a page is either free, held 
 from __future__ import annotations
 
 from collections import OrderedDict
+
 import numpy as np
 
 PageKey = tuple[int, int]  # (chained prefix hash of the block holding the page's last token, end offset)
@@ -159,7 +160,8 @@ class PagedCache:
         if len(pages) == len(tables):  # one page each (a decode run's growth, mostly): two scattered stores
             store, rows, cols = self.store, [], []
             for table in tables:  # a table listed twice gets consecutive columns
-                table.attach(store)
+                if table.store is None:
+                    table.attach(store)
                 rows.append(table.row)
                 cols.append(table.n)
                 table.n += 1
@@ -257,11 +259,11 @@ class PagedCache:
         rc = self.refcount[pages] - 1
         self.refcount[pages] = rc  # a table never lists a page twice
         assert rc.min(initial=0) >= 0, "page refcount below zero"
-        for page in pages[rc == 0].tolist():
-            if page in self.key_of:
-                self.cached[page] = None
-            else:
-                self.free.append(page)
+        freed = pages[rc == 0].tolist()
+        key_of = self.key_of
+        keyed = [p for p in freed if p in key_of] if key_of else []
+        self.cached.update(dict.fromkeys(keyed))  # in table order: the LRU evicts a prefix's start first
+        self.free += freed if not keyed else [p for p in freed if p not in key_of]
         table.detach()
 
     def force_free(self, page: int) -> None:

@@ -101,6 +101,7 @@ class Instance:
         self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
+        self._pending_pages = 0  # pages the pending transfers will hold (routing reads it per request)
         self.env.process(self._loop())
 
     # -- what routing reads --------------------------------------------------------------------------
@@ -108,9 +109,15 @@ class Instance:
         waiting = sum(s.target - s.computed for s in self.sched.waiting)
         return waiting + sum(s.target - s.computed for s in self.sched.running if s.status == "prefill")
 
-    def pending_pages(self) -> int:
-        ps = self.cache.page_size
-        return sum(-(-s.target // ps) for s, _, _ in self.pending)
+    def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:
+        """A prefilled request waits here (FCFS) for room to start its KV transfer."""
+        self.pending.append((dseq, pseq, src))
+        self._pending_pages += -(-dseq.target // self.cache.page_size)
+
+    def next_transfer(self) -> tuple[Seq, Seq, Instance]:
+        dseq, pseq, src = self.pending.popleft()
+        self._pending_pages -= -(-dseq.target // self.cache.page_size)
+        return dseq, pseq, src
 
     def _started(self, t: float) -> int:
         """Steps of the run in flight that have started by time t (the one in flight at t included)."""
@@ -127,9 +134,16 @@ class Instance:
     def used_pages(self, t: float) -> int:
         """Pages held at time t, the run's steps started by then included (read-only: routing reads every
         instance and must not cut or book anything)."""
-        if self._run_plan is None or not self._run_plan.decode:
-            return self.cache.used
-        return self.cache.used + self._unbooked(self._started(t))
+        cache = self.cache
+        used = cache.num_pages - len(cache.free) - len(cache.cached)
+        plan = self._run_plan
+        if plan is None or not plan.decode:
+            return used
+        return used + self._unbooked(self._started(t))
+
+    def kv_load(self, t: float) -> int:
+        """What least-KV routing compares: pages held at time t plus pages of transfers waiting to start."""
+        return self.used_pages(t) + self._pending_pages
 
     def settle(self, t: float) -> None:
         """Book the pages of the run's steps that started by time t, before anything else touches the cache."""
@@ -139,9 +153,10 @@ class Instance:
     def _book_to(self, k: int) -> None:
         assert self._run_plan is not None
         steps, counts = self.sched.book(self._run_plan, k)
-        starts = self._run_starts
-        for step, count in zip(steps, counts, strict=True):
-            self.stats.pages_changed(starts[step], count)
+        if steps:
+            starts = self._run_starts
+            self.stats.page_t += [starts[step] for step in steps]
+            self.stats.page_d += counts
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages."""
@@ -336,7 +351,7 @@ class Simulation:
         same_pages = dst.cache.page_size == src.cache.page_size
         dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None)
         dseq.generated = 1
-        dst.pending.append((dseq, pseq, src))
+        dst.queue_transfer(dseq, pseq, src)
         self.try_transfers(dst, t)
 
     def try_transfers(self, dst: Instance, t: float) -> None:
@@ -348,7 +363,7 @@ class Simulation:
         tr = self.sc.deployment.transfer
         dst.settle(t)
         while dst.pending and dst.sched.can_take_kv(dst.pending[0][0]):
-            dseq, pseq, src = dst.pending.popleft()
+            dseq, pseq, src = dst.next_transfer()
             used = dst.cache.used
             cached = dst.sched.take_kv(dseq)
             dst.stats.pages_changed(t, dst.cache.used - used)

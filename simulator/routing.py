@@ -19,9 +19,9 @@ class Routable(Protocol):
 
     def queued_tokens(self) -> int: ...
 
-    def pending_pages(self) -> int: ...
-
     def used_pages(self, t: float) -> int: ...
+
+    def kv_load(self, t: float) -> int: ...
 
 
 def _session_slot(req: Request, n: int) -> int | None:
@@ -54,4 +54,9 @@ class Router:
             return pool[slot]
         if self.policy == "prefix_aware":
             return min(pool, key=lambda i: (-_prefix_pages(i, req), i.used_pages(t), i.index))
-        return min(pool, key=lambda i: (i.used_pages(t) + i.pending_pages(), i.index))
+        best, low = pool[0], pool[0].kv_load(t)  # a plain loop: this runs for every request on every instance
+        for inst in pool[1:]:
+            load = inst.kv_load(t)
+            if load < low:  # strict: ties stay with the lowest index
+                best, low = inst, load
+        return best

@@ -87,8 +87,7 @@ class Plan:
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
     offsets: np.ndarray | None = None  # each sequence's first step (mod page_size) that needs a new page
-    # Batch rows grouped by offset, in batch order within a group (made on the first booking that needs it):
-    # rows needing a page at offset o are by_offset[start[o] : start[o + 1]].
+    # Batch rows grouped by offset, in batch order within a group, made on the first booking that needs them.
     by_offset: list[int] | None = None
     start: list[int] | None = None
 
@@ -271,26 +270,27 @@ class Scheduler:
             return [], []
         ps, per_offset = self.cache.page_size, plan.per_offset
         assert plan.offsets is not None and per_offset is not None
-        if k == plan.booked + 1:  # one step (a run's first, or a one-step clock): no arrays needed
-            steps = [plan.booked] if per_offset[plan.booked % ps] else []
-        else:
-            span = np.arange(plan.booked, k)
-            steps = span[per_offset[span % ps] > 0].tolist()
+        if plan.start is None:  # rows needing a page at offset o: by_offset[start[o] : start[o + 1]]
+            plan.start = [0, *np.cumsum(per_offset).tolist()]
+        start, b = plan.start, plan.booked
+        if k - b <= ps:
+            steps = [s for s in range(b, k) if start[s % ps + 1] > start[s % ps]]
+        else:  # a long span: walk each offset that takes pages, every page_size steps
+            steps = sorted(s for o in range(ps) if start[o + 1] > start[o] for s in range(b + (o - b) % ps, k, ps))
         plan.booked = k
         if not steps:
             return [], []
         if plan.by_offset is None:
             plan.by_offset = np.argsort(plan.offsets, kind="stable").tolist()
-            plan.start = [0, *np.cumsum(per_offset).tolist()]
-        by_offset, start = plan.by_offset, plan.start
-        assert start is not None
-        rows: list[int] = []  # step by step, batch order within a step: the page ids a one-step clock hands out
+        by_offset, decode = plan.by_offset, plan.decode
+        tables: list[BlockTable] = []  # step by step, batch order within a step: as a one-step clock hands out
         counts: list[int] = []
         for step in steps:
             o = step % ps
-            rows += by_offset[start[o] : start[o + 1]]
-            counts.append(start[o + 1] - start[o])
-        self.cache.allocate_many([plan.decode[j].table for j in rows], [1] * len(rows))
+            lo, hi = start[o], start[o + 1]
+            tables += [decode[j].table for j in by_offset[lo:hi]]
+            counts.append(hi - lo)
+        self.cache.allocate_many(tables, [1] * len(tables))
         return steps, counts
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
