@@ -11,7 +11,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-PageKey = tuple[int, int]  # (chained prefix hash of the block holding the page's last token, end offset)
+# A page's prefix identity: (chained hash of the block holding its last token, end offset in that block), or
+# just the block's hash when pages and blocks are the same size (the offset is always 0; ints hash cheaper).
+PageKey = int | tuple[int, int]
 
 
 class TableStore:
@@ -262,7 +264,9 @@ class PagedCache:
         freed = pages[rc == 0].tolist()
         key_of = self.key_of
         keyed = [p for p in freed if p in key_of] if key_of else []
-        self.cached.update(dict.fromkeys(keyed))  # in table order: the LRU evicts a prefix's start first
+        cached = self.cached
+        for page in keyed:  # in table order, so the LRU evicts a prefix's start first (a loop: OrderedDict's
+            cached[page] = None  # update is slower than item by item)
         self.free += freed if not keyed else [p for p in freed if p not in key_of]
         table.detach()
 
@@ -287,5 +291,5 @@ def page_keys(blocks: tuple[int, ...], block_tokens: int, page_size: int, tokens
     """
     n = min(tokens, len(blocks) * block_tokens) // page_size
     if block_tokens == page_size:
-        return [(b, 0) for b in blocks[:n]]
+        return list(blocks[:n])
     return [(blocks[((i + 1) * page_size - 1) // block_tokens], (i + 1) * page_size % block_tokens) for i in range(n)]

@@ -137,3 +137,4 @@ def test_page_keys_need_whole_known_blocks() -> None:
     keys = page_keys((11,), 512, 64, 1000)
     assert len(keys) == 8 and keys[-1] == (11, 0) and keys[0] == (11, 64)
     assert page_keys((), 512, 64, 1000) == []
+    assert page_keys((5, 6, 7), 64, 64, 150) == [5, 6]  # page = block: the block's hash is the key
