@@ -276,6 +276,9 @@ class CostModel:
         self._decode: dict[int, _DecodePlan] = {}
         self._varyings: dict[Op, _Varying] = {}
         self._lines = {line: _Line(self._line_pricer(line)) for line in LINES}
+        # A prompt's first chunk (nothing before it) is most chunks and varies only in length: priced like a
+        # line, for every length at once, instead of op by op per new length.
+        self._first_chunks = _Line(lambda xs: self._price_ops(chunk_ops(self.model, self.pool, xs, 0), xs.size))
         self._chunks: dict[tuple[int, int], _Part] = {}
 
     # -- public ------------------------------------------------------------------------------------------
@@ -306,6 +309,9 @@ class CostModel:
         if decode_batch:
             us += self._decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
         for key in todo:
+            if key[1] == 0:
+                us += self._first_chunks.book(key[0], usage)
+                continue
             c = self._chunks.get(key)
             if c is None:
                 if len(self._chunks) >= CHUNK_CACHE:
