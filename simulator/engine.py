@@ -108,11 +108,11 @@ class Instance:
         self.clock = 0.0
         self.wake_at = 0.0
         self.link_free = 0.0  # when the inbound KV-transfer link is next idle
-        # The run of steps in flight: its plan, step starts and ends. A step takes its pages when it starts;
+        # The run of steps in flight: its plan, start and step ends. A step takes its pages when it starts;
         # the run books them as their start times pass (`settle`), so the cache sees the same operations in
         # the same order as under a clock that runs one step at a time.
         self._run_plan: Plan | None = None
-        self._run_starts: list[float] = []
+        self._run_start = 0.0
         self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
         self._run_growth: list[int] | None = None  # the run's cumulative new pages after each step, when read
         self.stats = InstanceStats()
@@ -151,13 +151,15 @@ class Instance:
 
     def used_pages(self, t: float) -> int:
         """Pages held at time t, the run's steps started by then included (read-only: routing reads every
-        instance and must not cut or book anything)."""
+        instance for every request, so this is one flat method, and must not cut or book anything)."""
         cache = self.cache
         used = cache.num_pages - len(cache.free) - len(cache.cached)
         plan = self._run_plan
         if plan is None or not plan.decode:
             return used
-        return used + self._unbooked(self._started(t))
+        ends = self._run_ends
+        k = min(len(ends), bisect_left(ends, t) + 1)  # = self._started(t)
+        return used if k <= plan.booked else used + self._unbooked(k)
 
     def kv_load(self, t: float) -> int:
         """What least-KV routing compares: pages held at time t plus pages of transfers waiting to start."""
@@ -171,9 +173,9 @@ class Instance:
     def _book_to(self, k: int) -> None:
         assert self._run_plan is not None
         steps, counts = self.sched.book(self._run_plan, k)
-        if steps:
-            starts = self._run_starts
-            self.stats.page_t += [starts[step] for step in steps]
+        if steps:  # a step starts when the one before it ends
+            ends, start = self._run_ends, self._run_start
+            self.stats.page_t += [ends[step - 1] if step else start for step in steps]
             self.stats.page_d += counts
 
     def run_needs_more_than_free(self) -> bool:
@@ -215,7 +217,7 @@ class Instance:
             seconds, priced = self._price(plan, n)
             ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:]
             self._run_plan, self._run_ends, self._run_growth = plan, ends.tolist(), None
-            self._run_starts = [self.clock, *self._run_ends[:-1]]
+            self._run_start = self.clock
             self._book_to(1)  # the first step starts now
             self.wake = env.event()
             yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
