@@ -114,7 +114,6 @@ class Instance:
         self._run_plan: Plan | None = None
         self._run_start = 0.0
         self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
-        self._run_growth: list[int] | None = None  # the run's cumulative new pages after each step, when read
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
         self._pending_pages = 0  # pages the pending transfers will hold (routing reads it per request)
@@ -144,10 +143,8 @@ class Instance:
         plan = self._run_plan
         if plan is None or not plan.decode or k <= plan.booked:
             return 0
-        g = self._run_growth
-        if g is None:  # as a list, once per run: routing reads it for every request
-            g = self._run_growth = self.sched.growth(plan, len(self._run_ends)).tolist()
-        return g[k - 1] - (g[plan.booked - 1] if plan.booked else 0)
+        g = self.sched.growth(plan, len(self._run_ends))  # computed once per plan, then a slice
+        return int(g[k - 1]) - (int(g[plan.booked - 1]) if plan.booked else 0)
 
     def used_pages(self, t: float) -> int:
         """Pages held at time t, the run's steps started by then included (read-only: routing reads every
@@ -216,7 +213,7 @@ class Instance:
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             seconds, priced = self._price(plan, n)
             ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:]
-            self._run_plan, self._run_ends, self._run_growth = plan, ends.tolist(), None
+            self._run_plan, self._run_ends = plan, ends.tolist()
             self._run_start = self.clock
             self._book_to(1)  # the first step starts now
             self.wake = env.event()

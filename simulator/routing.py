@@ -6,7 +6,7 @@ least queued work; decode instances by the named policy. Ties break on the lowes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from simulator.request import Request
@@ -32,6 +32,17 @@ def _prefix_pages(inst: Routable, req: Request) -> int:
     return inst.sched.cache.match_prefix(inst.sched.keys_for(req))
 
 
+def _least(pool: Sequence[Routable], load: Callable[[Routable], int]) -> Routable:
+    """The instance with the lowest load, ties to the lowest index (pools are in index order). A plain loop
+    rather than `min` with a tuple key: it runs for every request on every instance."""
+    best, low = pool[0], load(pool[0])
+    for inst in pool[1:]:
+        x = load(inst)
+        if x < low:
+            best, low = inst, x
+    return best
+
+
 class Router:
     def __init__(self, policy: str) -> None:
         self.policy = policy
@@ -42,7 +53,7 @@ class Router:
             return pool[slot]
         if self.policy in ("prefix_aware", "session_affinity"):
             return min(pool, key=lambda i: (-_prefix_pages(i, req), i.queued_tokens(), i.index))
-        return min(pool, key=lambda i: (i.queued_tokens(), i.index))
+        return _least(pool, lambda i: i.queued_tokens())
 
     def decode(self, pool: Sequence[Routable], req: Request, t: float) -> Routable:
         """The decode instance for `req` at time t (load is read as of t, also mid-run)."""
@@ -54,9 +65,4 @@ class Router:
             return pool[slot]
         if self.policy == "prefix_aware":
             return min(pool, key=lambda i: (-_prefix_pages(i, req), i.used_pages(t), i.index))
-        best, low = pool[0], pool[0].kv_load(t)  # a plain loop: this runs for every request on every instance
-        for inst in pool[1:]:
-            load = inst.kv_load(t)
-            if load < low:  # strict: ties stay with the lowest index
-                best, low = inst, load
-        return best
+        return _least(pool, lambda i: i.kv_load(t))
