@@ -198,29 +198,36 @@ class Instance:
         steps = self.cost.decode_steps(len(plan.decode), ctx, pages)
         return steps.us * 1e-6, steps
 
+    def _sleep(self):
+        """Wait until notified; the clock moves to the time of the cause."""
+        self.wake = self.env.event()
+        yield self.wake
+        self.clock = max(self.clock, self.wake_at)
+
     def _loop(self):
         env, sched, st = self.env, self.sched, self.stats
         while True:
+            if not (sched.waiting or sched.running or self.pending):  # nothing to decide
+                yield from self._sleep()
+                continue
             used = self.cache.used
             plan = sched.schedule()
             st.pages_changed(self.clock, self.cache.used - used)
             self.sim.after_schedule(self)
             if plan.empty:
-                self.wake = env.event()
-                yield self.wake
-                self.clock = max(self.clock, self.wake_at)
+                yield from self._sleep()
                 continue
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             seconds, priced = self._price(plan, n)
-            ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:]
-            self._run_plan, self._run_ends = plan, ends.tolist()
-            self._run_start = self.clock
+            # Step ends as plain floats: the loop and routing read them one at a time.
+            ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:].tolist()
+            self._run_plan, self._run_ends, self._run_start = plan, ends, self.clock
             self._book_to(1)  # the first step starts now
             self.wake = env.event()
             yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
             m = n
             if self.wake.triggered and self.wake_at < ends[-1]:
-                m = min(n, int(np.searchsorted(ends, self.wake_at, side="left")) + 1)
+                m = min(n, bisect_left(ends, self.wake_at) + 1)
                 if ends[m - 1] > env.now:
                     yield env.timeout(ends[m - 1] - env.now)
             if priced is not None:
@@ -229,12 +236,13 @@ class Instance:
             self._run_plan = None
             used = self.cache.used
             ev = sched.advance(plan, m)
-            st.pages_changed(float(ends[m - 1]), self.cache.used - used)  # completions' releases
-            st.busy_s += float(ends[m - 1] - self.clock)
+            end = ends[m - 1]
+            st.pages_changed(end, self.cache.used - used)  # completions' releases
+            st.busy_s += end - self.clock
             st.steps += m
             st.decode_seq_steps += m * len(plan.decode)
             st.max_batch = max(st.max_batch, len(plan.decode))
-            self.clock = float(ends[m - 1])
+            self.clock = end
             self.sim.on_events(self, ev, ends)
 
 
@@ -342,16 +350,16 @@ class Simulation:
         if inst.pending:  # aborts and preemptions free pages too
             self.try_transfers(inst, inst.clock)
 
-    def on_events(self, inst: Instance, ev: StepEvents, ends: np.ndarray) -> None:
+    def on_events(self, inst: Instance, ev: StepEvents, ends: list[float]) -> None:
         for seq, step in ev.first_tokens:
-            self.records[seq.req.id].first_token = float(ends[step])
+            self.records[seq.req.id].first_token = ends[step]
         for seq, step in ev.finished:
             rec = self.records[seq.req.id]
-            rec.finish = float(ends[step])
+            rec.finish = ends[step]
             rec.status = "completed"
             self._finished(seq.req, rec.finish)
         for seq, step in ev.prefilled:
-            self._hand_off(inst, seq, float(ends[step]))
+            self._hand_off(inst, seq, ends[step])
         if inst.pending:
             self.try_transfers(inst, inst.clock)
 
