@@ -138,3 +138,26 @@ def test_page_keys_need_whole_known_blocks() -> None:
     assert len(keys) == 8 and keys[-1] == (11, 0) and keys[0] == (11, 64)
     assert page_keys((), 512, 64, 1000) == []
     assert page_keys((5, 6, 7), 64, 64, 150) == [5, 6]  # page = block: the block's hash is the key
+
+
+def test_table_store_grows_rows_and_columns_without_losing_entries() -> None:
+    """More tables than the store's first rows and longer than its first columns: every entry survives each
+    resize, released rows are padded again, and the batched check sees every page."""
+    from simulator.integrity import check_tables
+
+    cache = PagedCache(num_pages=40_000, page_size=16, prefix_caching=False)
+    tables, expect = [], []
+    for i in range(150):  # 150 rows > 64; up to 300 pages > 64 columns
+        t = BlockTable()
+        cache.allocate(t, 1 + 2 * i)
+        cache.allocate_many([t, t], [1, 1])
+        tables.append(t)
+        expect.append(t.live_pages().tolist())
+    assert [t.live_pages().tolist() for t in tables] == expect
+    assert check_tables(tables, cache) == ([], sum(len(e) for e in expect))
+    for t in tables[::2]:
+        row = t.row
+        cache.release(t)
+        assert (cache.store.pages[row] == cache.num_pages).all() and (cache.store.tags[row] == 0).all()
+    live = tables[1::2]
+    assert check_tables(live, cache)[0] == [] and len({t.row for t in live}) == len(live)

@@ -336,3 +336,22 @@ def test_mixed_step_counts_fallbacks_per_call(measured: Profile) -> None:
         if op.family not in ("allreduce", "allgather") and ref.profile.lookup(op.family, op.params) is None:
             ref.usage.fallback_ops[op.family] += 2 * op.count
     assert cm.usage.fallback_ops == ref.usage.fallback_ops and cm.usage.fallback_ops["decode_attention_mla"] == 122
+
+
+@pytest.mark.parametrize("tables", [False, True])
+def test_a_cut_run_books_only_the_steps_that_ran(tables: bool, measured: Profile) -> None:
+    """A run priced for n steps and stopped after m books what pricing those m steps alone would."""
+    pool = Pool(tp=8, weights="int4", kv_cache="bf16")
+    batch, n, m = 4, 400, 350
+    ctx = 4 * 1000 + batch * np.arange(1, n + 1, dtype=np.int64) * 10  # leaves the 1K–4K table after ~300
+    pages = ctx // 64 + batch
+    run = CostModel(KIMI, H200, pool, measured if tables else ROOF, integrity=True)
+    alone = CostModel(KIMI, H200, pool, measured if tables else ROOF, integrity=True)
+    steps = run.decode_steps(batch, ctx, pages)
+    steps.book(m, run.usage)
+    assert np.array_equal(steps.us[:m] * 1e-6, alone.decode_step_s(batch, ctx[:m], pages[:m]))
+    assert run.usage.fallback_ops == alone.usage.fallback_ops
+    for src, s in alone.usage.seconds.items():
+        assert run.usage.seconds[src] == pytest.approx(s, rel=1e-12, abs=1e-15)
+    if tables:
+        assert 0 < run.usage.fallback_ops["decode_attention_mla"] < 61 * (m - 250)  # only steps past the table
