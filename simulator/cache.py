@@ -128,7 +128,7 @@ class PagedCache:
         self.next_tag = 1
         self.free: list[int] = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
         self.cached: OrderedDict[int, None] = OrderedDict()  # unreferenced pages with a key, LRU first
-        self.key_of: dict[int, PageKey] = {}
+        self.key_of: list[PageKey | None] = [None] * num_pages  # by page id: a list index, not a hash
         self.page_of: dict[PageKey, int] = {}
         self.hit_tokens = 0
         self.lookup_tokens = 0
@@ -191,7 +191,8 @@ class PagedCache:
         del self.free[cut:]
         for _ in range(count - bulk):
             page, _ = self.cached.popitem(last=False)
-            del self.page_of[self.key_of.pop(page)]
+            del self.page_of[self.key_of[page]]
+            self.key_of[page] = None
             taken.append(page)
         pages = np.array(taken, dtype=np.int64)
         tags = np.arange(self.next_tag, self.next_tag + count, dtype=np.int64)
@@ -235,19 +236,11 @@ class PagedCache:
         """Give the table's leading full pages their prefix keys so later sequences can reuse them."""
         if not self.prefix_caching:
             return
-        n = min(table.n, len(keys))
-        pages = table.pages[:n].tolist()
-        fresh = dict(zip(keys[:n], pages, strict=True))
-        unique = len(fresh) == n == len(set(pages))
-        if unique and self.page_of.keys().isdisjoint(fresh) and self.key_of.keys().isdisjoint(pages):
-            self.page_of.update(fresh)  # the common case, all new: the loop below in bulk
-            self.key_of.update(zip(pages, keys[:n], strict=True))
-            return
-        for page, k in zip(pages, keys, strict=False):
-            if page in self.key_of or k in self.page_of:
-                continue
-            self.key_of[page] = k
-            self.page_of[k] = page
+        key_of, page_of = self.key_of, self.page_of
+        for page, k in zip(table.pages[: min(table.n, len(keys))].tolist(), keys, strict=False):
+            if key_of[page] is None and k not in page_of:  # a page keeps its first key; a key its first page
+                key_of[page] = k
+                page_of[k] = page
 
     def release(self, table: BlockTable, skip: frozenset[int] = frozenset()) -> None:
         """Drop a sequence's references; keyed pages stay cached, others go back to the free list.
@@ -263,17 +256,19 @@ class PagedCache:
         assert rc.min(initial=0) >= 0, "page refcount below zero"
         freed = pages[rc == 0].tolist()
         key_of = self.key_of
-        keyed = [p for p in freed if p in key_of] if key_of else []
+        keyed = [p for p in freed if key_of[p] is not None] if self.page_of else []
         cached = self.cached
         for page in keyed:  # in table order, so the LRU evicts a prefix's start first (a loop: OrderedDict's
             cached[page] = None  # update is slower than item by item)
-        self.free += freed if not keyed else [p for p in freed if p not in key_of]
+        self.free += freed if not keyed else [p for p in freed if key_of[p] is None]
         table.detach()
 
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""
-        if page in self.key_of:
-            del self.page_of[self.key_of.pop(page)]
+        key = self.key_of[page]
+        if key is not None:
+            del self.page_of[key]
+            self.key_of[page] = None
         self.refcount[page] = 0
         self.cached.pop(page, None)
         self._bump(page)  # what its reallocation to another sequence would do

@@ -75,7 +75,7 @@ class CacheMachine(RuleBasedStateMachine):
                 owners.setdefault(p, []).append(sid)
         for page, sids in owners.items():
             if len(sids) > 1:
-                key = self.cache.key_of.get(page)
+                key = self.cache.key_of[page]
                 assert key is not None, f"page {page} shared by {sids} without a prefix key"
                 for sid in sids:
                     assert key in self.live[sid][1], "prefix hit on a sequence whose prefix differs"
