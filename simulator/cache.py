@@ -168,8 +168,9 @@ class PagedCache:
                 cols.append(table.n)
                 table.n += 1
             store.fit(max(cols) + 1)
-            store.pages[rows, cols] = pages
-            store.tags[rows, cols] = tags
+            at = (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64))
+            store.pages[at] = pages
+            store.tags[at] = tags
             return
         start = 0
         for table, c in zip(tables, counts, strict=True):
