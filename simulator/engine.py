@@ -85,8 +85,9 @@ def _first_of(env: simpy.Environment, *events: simpy.Event) -> simpy.Event:
 @contextmanager
 def _rare_collections() -> Iterator[None]:
     """Run the cyclic garbage collector rarely while simulating. A run allocates millions of short-lived
-    objects (steps' plans, events, page lists) that reference counting frees; at the default threshold the
-    collector would also walk the growing set of records every 700 allocations, for a few cycles' worth."""
+    objects (plans, events, page lists) that reference counting frees; at the default thresholds the collector
+    would run every 700 net allocations and now and then walk every live record, sequence and event, to find
+    the few cycles SimPy's processes leave."""
     old = gc.get_threshold()
     gc.set_threshold(100_000, 50, 100)
     try:
