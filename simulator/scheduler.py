@@ -22,56 +22,83 @@ from simulator.integrity import CheckingTracker, Fault, FaultInjector, NoopTrack
 from simulator.request import Request
 
 
-class SeqArrays:
-    """Per-sequence progress as arrays, so a run of k decode steps updates a whole batch in a few numpy ops.
+class Seq:
+    """A request's life on one instance.
 
-    A sequence gets a slot for its life on the instance; slots are never reused (a run holds a few thousand
-    sequences per instance, a few hundred kB at most), so a finished sequence can still be read.
+    While it is in the decode batch its progress moves with the scheduler's step counter instead of being
+    written step by step: the stored values are those at `_origin` (the counter when it joined), so a run of k
+    steps advances the whole batch by adding k to one counter.
     """
 
-    FIELDS = ("computed", "remaining", "generated", "fault_in")
+    __slots__ = ("req", "target", "table", "keys", "order", "fault", "status", "_sched", "_origin",
+                 "_computed", "_remaining", "_generated", "_fault_in")
 
-    def __init__(self, capacity: int = 256) -> None:
-        self.n = 0
-        for f in self.FIELDS:
-            setattr(self, f, np.zeros(capacity, dtype=np.int64))
+    def __init__(self, req: Request, target: int, sched: Scheduler, remaining: int, keys: list[PageKey]) -> None:
+        self.req = req
+        self.target = target  # tokens whose KV must be cached before decoding (prompt, or + output on recompute)
+        self.table = BlockTable()
+        self.keys = keys
+        self.order = 0  # admission order: preemption takes the newest first
+        self.fault: Fault | None = None
+        self.status = "waiting"  # waiting | prefill | transfer | decode | prefilled | done | aborted
+        self._sched = sched
+        self._origin: int | None = None  # the scheduler's step count when it joined the batch (None: not in it)
+        self._computed = 0
+        self._remaining = remaining
+        self._generated = 0
+        self._fault_in = -1
 
-    def new_slot(self) -> int:
-        if self.n == len(self.computed):
-            for f in self.FIELDS:
-                setattr(self, f, np.concatenate([getattr(self, f), np.zeros(self.n, dtype=np.int64)]))
-        self.n += 1
-        return self.n - 1
+    def _moved(self) -> int:
+        return 0 if self._origin is None else self._sched.steps - self._origin
 
+    @property
+    def computed(self) -> int:
+        """Tokens whose KV is in this instance's cache."""
+        return self._computed + self._moved()
 
-def _array_field(name: str) -> property:
-    def get(self: Seq) -> int:
-        return int(getattr(self.arrays, name)[self.slot])
+    @computed.setter
+    def computed(self, value: int) -> None:
+        assert self._origin is None, "a batch sequence's progress moves with the step count only"
+        self._computed = value
 
-    def set_(self: Seq, value: int) -> None:
-        getattr(self.arrays, name)[self.slot] = value
+    @property
+    def remaining(self) -> int:
+        """Output tokens this instance still has to produce."""
+        return self._remaining - self._moved()
 
-    return property(get, set_)
+    @remaining.setter
+    def remaining(self, value: int) -> None:
+        assert self._origin is None, "a batch sequence's progress moves with the step count only"
+        self._remaining = value
 
+    @property
+    def generated(self) -> int:
+        """Output tokens produced so far (a recompute must redo them)."""
+        return self._generated + self._moved()
 
-@dataclass(eq=False)
-class Seq:
-    """A request's life on one instance."""
+    @generated.setter
+    def generated(self, value: int) -> None:
+        assert self._origin is None, "a batch sequence's progress moves with the step count only"
+        self._generated = value
 
-    req: Request
-    target: int  # tokens whose KV must be in cache before decoding (prompt, or prompt + output on recompute)
-    arrays: SeqArrays
-    slot: int
-    table: BlockTable = field(default_factory=BlockTable)
-    keys: list[PageKey] = field(default_factory=list)
-    order: int = 0  # admission order: preemption takes the newest first
-    fault: Fault | None = None
-    status: str = "waiting"  # waiting | prefill | transfer | decode | prefilled | done | aborted
+    @property
+    def fault_in(self) -> int:
+        """Decode steps before a planned fault is injected (negative: none planned)."""
+        return self._fault_in if self._fault_in < 0 else self._fault_in - self._moved()
 
-    computed = _array_field("computed")  # tokens whose KV is in this instance's cache
-    remaining = _array_field("remaining")  # output tokens this instance still has to produce
-    generated = _array_field("generated")  # output tokens produced so far (recompute must redo them)
-    fault_in = _array_field("fault_in")  # decode steps before an injected fault (-1: none planned)
+    @fault_in.setter
+    def fault_in(self, value: int) -> None:
+        self._fault_in = -1 if value < 0 else value + self._moved()
+
+    def _settle(self) -> None:
+        """Leave the batch: store the values as of now."""
+        moved = self._moved()
+        self._computed += moved
+        self._remaining -= moved
+        self._generated += moved
+        if self._fault_in >= 0:
+            self._fault_in -= moved
+        self._origin = None
 
 
 @dataclass(slots=True)
@@ -80,13 +107,12 @@ class Plan:
     decode: list[Seq] = field(default_factory=list)
     # Read once when the decode batch is fixed (pricing, growth, checks and the advance all reuse them); None
     # for a plan without decode, which most empty schedules are, so building one stays cheap.
-    idx: np.ndarray | None = None  # the decode batch's slots
-    ctx: np.ndarray | None = None  # each sequence's tokens cached
+    at: int = 0  # the scheduler's step count when the plan was made
+    ctx0: int = 0  # tokens the batch has cached before its first step
     pages0: int = 0  # pages the batch holds before its first step
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
-    offsets: np.ndarray | None = None  # each sequence's first step (mod page_size) that needs a new page
     # Batch rows grouped by offset, in batch order within a group, made on the first booking that needs them.
     by_offset: list[int] | None = None
     start: list[int] | None = None
@@ -155,11 +181,17 @@ class Scheduler:
         self.rng = rng
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
-        self.arrays = SeqArrays()
+        self.steps = 0  # decode steps applied here: batch sequences' progress is counted from it
         self._decode: list[Seq] = []
         self._decode_tables: list[BlockTable] = []
-        self._decode_idx = np.zeros(0, dtype=np.int64)
         self._decode_dirty = False
+        # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join), how many sequences
+        # need a new page at step counts ≡ o (mod page_size), and the earliest step count at which one
+        # finishes or has a planned fault (None: to be recomputed).
+        self._ctx_base = 0
+        self._by_class = np.zeros(cache.page_size, dtype=np.int64)
+        self._first_end: int | None = None
+        self._first_fault: int | None = None
         self.counters = Counters()
         self.aborted: list[Seq] = []
         self._order = 0
@@ -167,11 +199,7 @@ class Scheduler:
     # -- entry points ------------------------------------------------------------------------------
     def new_seq(self, req: Request, target: int, remaining: int, keys: list[PageKey] | None = None) -> Seq:
         """`keys`: the request's page keys if already known for this page size (the prefill instance's)."""
-        seq = Seq(req, target=target, arrays=self.arrays, slot=self.arrays.new_slot())
-        seq.remaining = remaining
-        seq.fault_in = -1
-        seq.keys = self.keys_for(req) if keys is None else keys
-        return seq
+        return Seq(req, target, self, remaining, self.keys_for(req) if keys is None else keys)
 
     def keys_for(self, req: Request) -> list[PageKey]:
         return page_keys(req.blocks, req.block_tokens, self.cache.page_size, req.prompt_tokens)
@@ -212,15 +240,17 @@ class Scheduler:
         plan = Plan()
         ps = self.cache.page_size
         while True:
-            plan.decode, plan.idx = self._decode_batch()
+            plan.decode = self._decode_batch()
             if not plan.decode:
                 break
-            plan.ctx = self.arrays.computed[plan.idx]
-            # A sequence with c cached tokens needs a new page at step s (0-based) when c + 1 + s ≡ 1 (mod ps).
-            plan.offsets = (-plan.ctx) % ps
-            plan.per_offset = np.bincount(plan.offsets, minlength=ps)
+            at = self.steps
+            # per_offset[s]: sequences needing a new page at the s-th coming step (step count at + s)
+            r = at % ps
+            plan.per_offset = np.concatenate((self._by_class[r:], self._by_class[:r]))
             if int(plan.per_offset[0]) <= self.cache.available:
-                plan.pages0 = int(((plan.ctx + (ps - 1)) // ps).sum())
+                plan.at = at
+                plan.ctx0 = self._ctx_base + len(plan.decode) * at
+                plan.pages0 = sum(t.n for t in self._decode_tables)
                 break
             self._preempt_newest()
         budget = self.max_batch_tokens - len(plan.decode)
@@ -236,13 +266,10 @@ class Scheduler:
         """Identical decode steps that can follow: until a completion, a page shortfall or a planned fault."""
         if plan.prefill or not plan.decode:
             return 1 if not plan.empty else 0
-        a, idx = self.arrays, plan.idx
-        n = min(limit, int(a.remaining[idx].min()))
-        if self.injector is not None:  # fault_in is only ever planned with an injector
-            faults = a.fault_in[idx]
-            faults = faults[faults >= 0]
-            if faults.size:
-                n = min(n, max(1, int(faults.min())))
+        n = min(limit, self._end() - self.steps)
+        fault = self._fault()
+        if fault is not None:
+            n = min(n, max(1, fault - self.steps))
         new_pages = self.growth(plan, n)
         if new_pages[-1] > self.cache.available:
             n = max(1, int(np.searchsorted(new_pages, self.cache.available, side="right")))
@@ -260,7 +287,7 @@ class Scheduler:
     def context_totals(self, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Total context and total pages the batch reads at each of the next n steps (for pricing)."""
         steps = np.arange(1, n + 1, dtype=np.int64)
-        return int(plan.ctx.sum()) + len(plan.idx) * steps, plan.pages0 + self.growth(plan, n)
+        return plan.ctx0 + len(plan.decode) * steps, plan.pages0 + self.growth(plan, n)
 
     def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
         """Allocate the pages the plan's first k decode steps write. A step takes its pages when it starts, so
@@ -269,7 +296,7 @@ class Scheduler:
         if not plan.decode or k <= plan.booked:
             return [], []
         ps, per_offset = self.cache.page_size, plan.per_offset
-        assert plan.offsets is not None and per_offset is not None
+        assert per_offset is not None
         if plan.start is None:  # rows needing a page at offset o: by_offset[start[o] : start[o + 1]]
             plan.start = [0, *np.cumsum(per_offset).tolist()]
         start, b = plan.start, plan.booked
@@ -280,8 +307,9 @@ class Scheduler:
         plan.booked = k
         if not steps:
             return [], []
-        if plan.by_offset is None:
-            plan.by_offset = np.argsort(plan.offsets, kind="stable").tolist()
+        if plan.by_offset is None:  # each sequence's first coming step that needs a page, mod page_size
+            offsets = np.array([(s._origin - s._computed - plan.at) % ps for s in plan.decode], dtype=np.int64)
+            plan.by_offset = np.argsort(offsets, kind="stable").tolist()
         by_offset, decode = plan.by_offset, plan.decode
         tables: list[BlockTable] = []  # step by step, batch order within a step: as a one-step clock hands out
         counts: list[int] = []
@@ -319,20 +347,14 @@ class Scheduler:
         return ev
 
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
-        a, idx = self.arrays, plan.idx
         if self.tracker.enabled:  # the pages read at each of the k steps
             ev.checked_pages = k * plan.pages0 + int(self.growth(plan, k).sum())
             self.counters.checked_pages += ev.checked_pages
-        a.computed[idx] = plan.ctx + k  # nothing moves a batch sequence's progress between schedule and advance
-        a.generated[idx] += k
-        remaining = a.remaining[idx] - k
-        a.remaining[idx] = remaining
-        if self.injector is not None:
-            f = a.fault_in[idx]
-            a.fault_in[idx] = np.where(f >= 0, f - k, f)
+        self.steps += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         self.book(plan, k)
-        for j in np.flatnonzero(remaining <= 0).tolist():
-            self._finish(plan.decode[j], k - 1, ev)
+        if self._end() <= self.steps:
+            for seq in [s for s in plan.decode if s._origin + s._remaining <= self.steps]:
+                self._finish(seq, k - 1, ev)
 
     # -- internals ---------------------------------------------------------------------------------
     def _finish(self, seq: Seq, step: int, ev: StepEvents) -> None:
@@ -344,16 +366,50 @@ class Scheduler:
     def _set_status(self, seq: Seq, status: str) -> None:
         if "decode" in (seq.status, status):
             self._decode_dirty = True
+            if seq._origin is not None:  # it leaves the batch
+                self._ctx_base -= seq._computed - seq._origin
+                self._by_class[(seq._origin - seq._computed) % self.cache.page_size] -= 1
+                if seq._origin + seq._remaining == self._first_end:
+                    self._first_end = None
+                if seq._fault_in >= 0:
+                    self._first_fault = None
+                seq._settle()
         seq.status = status
 
-    def _decode_batch(self) -> tuple[list[Seq], np.ndarray]:
-        """The decode batch in running order, rebuilt only when a sequence joined or left it."""
+    def _decode_batch(self) -> list[Seq]:
+        """The decode batch in running order, rebuilt only when a sequence joined or left it. A sequence that
+        became ready mid-run (its transfer finished) joins here, at the step count the run ended on."""
         if self._decode_dirty:
             self._decode = [s for s in self.running if s.status == "decode"]
             self._decode_tables = [s.table for s in self._decode]
-            self._decode_idx = np.array([s.slot for s in self._decode], dtype=np.int64)
             self._decode_dirty = False
-        return self._decode, self._decode_idx
+            ps, at = self.cache.page_size, self.steps
+            for seq in self._decode:
+                if seq._origin is None:
+                    seq._origin = at
+                    self._ctx_base += seq._computed - at
+                    self._by_class[(at - seq._computed) % ps] += 1
+                    if self._first_end is not None:
+                        self._first_end = min(self._first_end, at + seq._remaining)
+                    if seq._fault_in >= 0:
+                        self._first_fault = None
+        return self._decode
+
+    def _end(self) -> int:
+        """The earliest step count at which a batch sequence has no output left."""
+        if self._first_end is None:
+            self._first_end = min((s._origin + s._remaining for s in self._decode), default=1 << 62)
+        return self._first_end
+
+    def _fault(self) -> int | None:
+        """The earliest step count at which a batch sequence has a fault planned (faults are only planned
+        with an injector)."""
+        if self.injector is None:
+            return None
+        if self._first_fault is None or 0 <= self._first_fault < self.steps:  # unknown, or passed uninjected
+            planned = [s._origin + s._fault_in for s in self._decode if s._fault_in >= 0]
+            self._first_fault = min((f for f in planned if f >= self.steps), default=-1)
+        return None if self._first_fault < 0 else self._first_fault
 
     def _grow(self, seq: Seq, tokens: int) -> None:
         need = self._pages(tokens) - seq.table.n
@@ -399,12 +455,13 @@ class Scheduler:
         self.waiting.appendleft(victim)
 
     def _check_integrity(self) -> None:
-        batch, _ = self._decode_batch()
+        batch = self._decode_batch()
         if self.injector is not None:
             for seq in batch:
                 if seq.fault_in == 0 and seq.fault is None:
                     seq.fault = self.injector.inject(seq.table, self.cache, self._decode_tables)
                     seq.fault_in = -1
+                    self._first_fault = None
         violations, _ = self.tracker.check(self._decode_tables, self.cache)
         for v in violations:
             seq = batch[v.index]
