@@ -224,13 +224,17 @@ class Instance:
             ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:].tolist()
             self._run_plan, self._run_ends, self._run_start = plan, ends, self.clock
             self._book_to(1)  # the first step starts now
-            self.wake = env.event()
-            yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
             m = n
-            if self.wake.triggered and self.wake_at < ends[-1]:
-                m = min(n, bisect_left(ends, self.wake_at) + 1)
-                if ends[m - 1] > env.now:
-                    yield env.timeout(ends[m - 1] - env.now)
+            if n == 1:  # nothing can cut a single step short: no wake-up to arm
+                self.wake = None
+                yield env.timeout(max(0.0, ends[0] - env.now))
+            else:
+                self.wake = env.event()
+                yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
+                if self.wake.triggered and self.wake_at < ends[-1]:
+                    m = min(n, bisect_left(ends, self.wake_at) + 1)
+                    if ends[m - 1] > env.now:
+                        yield env.timeout(ends[m - 1] - env.now)
             if priced is not None:
                 priced.book(m, self.cost.usage)
             self._book_to(m)
