@@ -12,6 +12,7 @@ decisions are the same because nothing a decision reads changes inside a run of 
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -113,9 +114,7 @@ class Plan:
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
-    # Batch rows grouped by offset, in batch order within a group, made on the first booking that needs them.
-    by_offset: list[int] | None = None
-    start: list[int] | None = None
+    need: list[int] | None = None  # per_offset as a list, made on the first booking
 
     @property
     def empty(self) -> bool:
@@ -154,6 +153,10 @@ class Counters:
     aborts: list[AbortEvent] = field(default_factory=list)
 
 
+def _admission_order(seq: Seq) -> int:
+    return seq.order  # the running list's order, so the decode batch's too
+
+
 class Scheduler:
     def __init__(
         self,
@@ -185,10 +188,12 @@ class Scheduler:
         self._decode: list[Seq] = []
         self._decode_tables: list[BlockTable] = []
         self._decode_dirty = False
-        # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join), how many sequences
-        # need a new page at step counts ≡ o (mod page_size), and the earliest step count at which one
-        # finishes or has a planned fault (None: to be recomputed).
+        # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join); the sequences that
+        # need a new page at step counts ≡ c (mod page_size), in batch order, and how many (as an array, for
+        # a plan's per-step counts); the earliest step count at which one finishes or has a planned fault
+        # (None: to be recomputed).
         self._ctx_base = 0
+        self._members: list[list[Seq]] = [[] for _ in range(cache.page_size)]
         self._by_class = np.zeros(cache.page_size, dtype=np.int64)
         self._first_end: int | None = None
         self._first_fault: int | None = None
@@ -295,29 +300,25 @@ class Scheduler:
         operations as one that runs them one by one. Returns the steps that took pages and how many each."""
         if not plan.decode or k <= plan.booked:
             return [], []
-        ps, per_offset = self.cache.page_size, plan.per_offset
-        assert per_offset is not None
-        if plan.start is None:  # rows needing a page at offset o: by_offset[start[o] : start[o + 1]]
-            plan.start = [0, *np.cumsum(per_offset).tolist()]
-        start, b = plan.start, plan.booked
+        ps, b = self.cache.page_size, plan.booked
+        if plan.need is None:
+            assert plan.per_offset is not None
+            plan.need = plan.per_offset.tolist()
+        need = plan.need
         if k - b <= ps:
-            steps = [s for s in range(b, k) if start[s % ps + 1] > start[s % ps]]
+            steps = [s for s in range(b, k) if need[s % ps]]
         else:  # a long span: walk each offset that takes pages, every page_size steps
-            steps = sorted(s for o in range(ps) if start[o + 1] > start[o] for s in range(b + (o - b) % ps, k, ps))
+            steps = sorted(s for o in range(ps) if need[o] for s in range(b + (o - b) % ps, k, ps))
         plan.booked = k
         if not steps:
             return [], []
-        if plan.by_offset is None:  # each sequence's first coming step that needs a page, mod page_size
-            offsets = np.array([(s._origin - s._computed - plan.at) % ps for s in plan.decode], dtype=np.int64)
-            plan.by_offset = np.argsort(offsets, kind="stable").tolist()
-        by_offset, decode = plan.by_offset, plan.decode
+        members, at = self._members, plan.at
         tables: list[BlockTable] = []  # step by step, batch order within a step: as a one-step clock hands out
         counts: list[int] = []
-        for step in steps:
-            o = step % ps
-            lo, hi = start[o], start[o + 1]
-            tables += [decode[j].table for j in by_offset[lo:hi]]
-            counts.append(hi - lo)
+        for step in steps:  # the step with count at + step: the sequences of that class
+            group = members[(at + step) % ps]
+            tables += [s.table for s in group]
+            counts.append(len(group))
         self.cache.allocate_many(tables, [1] * len(tables))
         return steps, counts
 
@@ -368,7 +369,9 @@ class Scheduler:
             self._decode_dirty = True
             if seq._origin is not None:  # it leaves the batch
                 self._ctx_base -= seq._computed - seq._origin
-                self._by_class[(seq._origin - seq._computed) % self.cache.page_size] -= 1
+                c = (seq._origin - seq._computed) % self.cache.page_size
+                self._by_class[c] -= 1
+                self._members[c].remove(seq)
                 if seq._origin + seq._remaining == self._first_end:
                     self._first_end = None
                 if seq._fault_in >= 0:
@@ -388,7 +391,9 @@ class Scheduler:
                 if seq._origin is None:
                     seq._origin = at
                     self._ctx_base += seq._computed - at
-                    self._by_class[(at - seq._computed) % ps] += 1
+                    c = (at - seq._computed) % ps
+                    self._by_class[c] += 1
+                    insort(self._members[c], seq, key=_admission_order)
                     if self._first_end is not None:
                         self._first_end = min(self._first_end, at + seq._remaining)
                     if seq._fault_in >= 0:
