@@ -115,6 +115,7 @@ class Instance:
         self._run_plan: Plan | None = None
         self._run_start = 0.0
         self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
+        self._run_growth: np.ndarray | None = None  # the decode batch's cumulative new pages after each step
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
         self._pending_pages = 0  # pages the pending transfers will hold (routing reads it per request)
@@ -141,10 +142,10 @@ class Instance:
         return min(len(ends), bisect_left(ends, t) + 1)
 
     def _unbooked(self, k: int) -> int:
-        plan = self._run_plan
-        if plan is None or not plan.decode or k <= plan.booked:
+        """Pages the run's first k steps take that are not booked yet."""
+        plan, g = self._run_plan, self._run_growth
+        if plan is None or g is None or k <= plan.booked:
             return 0
-        g = self.sched.growth(plan, len(self._run_ends))  # computed once per plan, then a slice
         return int(g[k - 1]) - (int(g[plan.booked - 1]) if plan.booked else 0)
 
     def used_pages(self, t: float) -> int:
@@ -155,9 +156,11 @@ class Instance:
         plan = self._run_plan
         if plan is None or not plan.decode:
             return used
-        ends = self._run_ends
+        ends, g, b = self._run_ends, self._run_growth, plan.booked
         k = min(len(ends), bisect_left(ends, t) + 1)  # = self._started(t)
-        return used if k <= plan.booked else used + self._unbooked(k)
+        if k <= b or g is None:
+            return used
+        return used + int(g[k - 1]) - (int(g[b - 1]) if b else 0)  # = used + self._unbooked(k)
 
     def kv_load(self, t: float) -> int:
         """What least-KV routing compares: pages held at time t plus pages of transfers waiting to start."""
@@ -223,6 +226,7 @@ class Instance:
             # Step ends as plain floats: the loop and routing read them one at a time.
             ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:].tolist()
             self._run_plan, self._run_ends, self._run_start = plan, ends, self.clock
+            self._run_growth = sched.growth(plan, n) if plan.decode else None
             self._book_to(1)  # the first step starts now
             m = n
             if n == 1:  # nothing can cut a single step short: no wake-up to arm

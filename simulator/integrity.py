@@ -33,8 +33,8 @@ def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[
     """
     if not tables:
         return [], 0
-    width = max(t.n for t in tables)
-    total = sum(t.n for t in tables)
+    ns = [t.n for t in tables]
+    width, total = max(ns), sum(ns)
     if width == 0:
         return [], 0
     rows = np.array([t.row for t in tables], dtype=np.int64)
