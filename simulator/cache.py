@@ -8,6 +8,7 @@ about time. Shaped after nano-vllm's block manager: a page is either free, held 
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice
 
 import numpy as np
 
@@ -184,17 +185,20 @@ class PagedCache:
         Free pages go first, in bulk; only what they cannot cover is evicted from the cached prefixes, oldest
         first.
         """
-        if count > self.available:
+        free, cached = self.free, self.cached
+        if count > len(free) + len(cached):
             raise OutOfPages
-        bulk = min(count, len(self.free))
-        cut = len(self.free) - bulk
-        taken = self.free[cut:][::-1]  # pop() order: low page ids first
-        del self.free[cut:]
-        for _ in range(count - bulk):
-            page, _ = self.cached.popitem(last=False)
-            del self.page_of[self.key_of[page]]
-            self.key_of[page] = None
-            taken.append(page)
+        cut = max(0, len(free) - count)
+        taken = free[cut:][::-1]  # pop() order: low page ids first
+        del free[cut:]
+        if len(taken) < count:  # evict the oldest cached prefixes
+            victims = list(islice(cached, count - len(taken)))
+            key_of, page_of = self.key_of, self.page_of
+            for page in victims:
+                del cached[page]
+                del page_of[key_of[page]]
+                key_of[page] = None
+            taken += victims
         pages = np.array(taken, dtype=np.int64)
         tags = np.arange(self.next_tag, self.next_tag + count, dtype=np.int64)
         self.next_tag += count
