@@ -280,6 +280,7 @@ class CostModel:
         # line, for every length at once, instead of op by op per new length.
         self._first_chunks = _Line(lambda xs: self._price_ops(chunk_ops(self.model, self.pool, xs, 0), xs.size))
         self._chunks: dict[tuple[int, int], _Part] = {}
+        self._solo: dict[int, _Part] = {}  # steps that are one whole prompt, by its length
 
     # -- public ------------------------------------------------------------------------------------------
     def decode_steps(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray) -> DecodeSteps:
@@ -302,6 +303,13 @@ class CostModel:
             return float(self.decode_step_s(decode_batch, np.array([float(decode_ctx_total)]),
                                             np.array([float(decode_pages)]), usage)[0])
         usage = self.usage if usage is None else usage
+        if not decode_batch and len(todo) == 1 and todo[0][1] == 0:  # a prompt alone, the usual prefill step
+            solo = self._solo.get(todo[0][0])
+            if solo is None:
+                if len(self._solo) >= CHUNK_CACHE:
+                    self._solo.clear()
+                solo = self._solo[todo[0][0]] = self._solo_part(todo[0][0])
+            return solo.book(usage) * 1e-6
         us = 0.0
         for line, x in step_lines(self.model, decode_batch, todo).items():
             if x:
@@ -372,6 +380,19 @@ class CostModel:
                 usage.seconds["table"] += t * 1e-6
             us += t
         return us
+
+    def _solo_part(self, tokens: int) -> _Part:
+        """A step that is one whole prompt and nothing else, summed as `step_s` sums it (same time, bit for
+        bit), kept whole: prompt lengths repeat across a long run."""
+        scratch = Usage()
+        us = 0.0
+        for line, x in step_lines(self.model, 0, ((tokens, 0),)).items():
+            if x:
+                us += self._lines[line].book(x, scratch)
+        us += self._first_chunks.book(tokens, scratch)
+        sec = scratch.seconds
+        return _Part(us, sec["table"] * 1e6, sec["fallback"] * 1e6, sec["collective"] * 1e6,
+                     tuple(scratch.fallback_ops.items()))
 
     def _chunk(self, tokens: int, before: int) -> _Part:
         """A chunk's own ops, priced one by one in plain floats (the same per-op arithmetic as `_price_ops`)."""

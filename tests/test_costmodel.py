@@ -355,3 +355,13 @@ def test_a_cut_run_books_only_the_steps_that_ran(tables: bool, measured: Profile
         assert run.usage.seconds[src] == pytest.approx(s, rel=1e-12, abs=1e-15)
     if tables:
         assert 0 < run.usage.fallback_ops["decode_attention_mla"] < 61 * (m - 250)  # only steps past the table
+
+
+def test_a_prompt_alone_is_priced_once_per_length_and_books_each_time() -> None:
+    cm = CostModel(KIMI, H200, Pool(tp=8, weights="int4"), ROOF, integrity=True)
+    first = cm.step_s(0, 0, 0, [(3000, 0)])
+    once = dict(cm.usage.seconds)
+    again = cm.step_s(0, 0, 0, [(3000, 0)])  # from the cache of whole-prompt steps
+    assert again == first
+    assert all(cm.usage.seconds[k] == pytest.approx(2 * v) for k, v in once.items())
+    assert first == pytest.approx(sum(cm.breakdown(0, 0, 0, [(3000, 0)]).values()), rel=1e-12)
