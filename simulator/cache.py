@@ -258,8 +258,11 @@ class PagedCache:
             pages = np.delete(pages, sorted(skip))
         rc = self.refcount[pages] - 1
         self.refcount[pages] = rc  # a table never lists a page twice
-        assert rc.min(initial=0) >= 0, "page refcount below zero"
-        freed = pages[rc == 0].tolist()
+        if rc.any():  # some pages stay held (shared prefixes)
+            assert rc.min() >= 0, "page refcount below zero"
+            freed = pages[rc == 0].tolist()
+        else:
+            freed = pages.tolist()
         key_of = self.key_of
         keyed = [p for p in freed if key_of[p] is not None] if self.page_of else []
         cached = self.cached
