@@ -353,8 +353,9 @@ class Scheduler:
             self.counters.checked_pages += ev.checked_pages
         self.steps += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         self.book(plan, k)
-        if self._end() <= self.steps:
-            for seq in [s for s in plan.decode if s._origin + s._remaining <= self.steps]:
+        now = self.steps
+        if self._end() <= now:
+            for seq in [s for s in plan.decode if s._origin + s._remaining <= now]:
                 self._finish(seq, k - 1, ev)
 
     # -- internals ---------------------------------------------------------------------------------
