@@ -40,7 +40,8 @@ def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[
     rows = np.array([t.row for t in tables], dtype=np.int64)
     store = cache.store
     pages, recorded = store.pages[rows, :width], store.tags[rows, :width]
-    ids = np.minimum(pages.view(np.uint64), np.uint64(store.null_page))  # (np.take's own clip is signed)
+    # (np.take's own clip is signed; indexing with unsigned ids costs a cast, so view them back as signed)
+    ids = np.minimum(pages.view(np.uint64), np.uint64(store.null_page)).view(np.int64)
     bad = cache.tag[ids] != recorded
     if not bad.any():
         return [], total
