@@ -286,7 +286,8 @@ class Scheduler:
         if plan.growth is None or len(plan.growth) < n:
             per_offset = plan.per_offset
             assert per_offset is not None
-            plan.growth = np.cumsum(per_offset[:n] if n <= len(per_offset) else np.resize(per_offset, n))
+            ps = len(per_offset)
+            plan.growth = np.cumsum(per_offset[:n] if n <= ps else np.concatenate((per_offset,) * -(-n // ps))[:n])
         return plan.growth[:n]
 
     def context_totals(self, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
