@@ -104,10 +104,12 @@ class Seq:
 
 @dataclass(slots=True)
 class Plan:
+    """One step's decisions, or a run of identical decode steps: the prefill chunks and the decode batch."""
+
     prefill: list[tuple[Seq, int]] = field(default_factory=list)  # (sequence, tokens of this chunk)
     decode: list[Seq] = field(default_factory=list)
-    # Read once when the decode batch is fixed (pricing, growth, checks and the advance all reuse them); None
-    # for a plan without decode, which most empty schedules are, so building one stays cheap.
+    # Read once when the decode batch is fixed (pricing, growth, checks and the advance all reuse them); left
+    # at their defaults for a plan without decode, so building one stays cheap.
     at: int = 0  # the scheduler's step count when the plan was made
     ctx0: int = 0  # tokens the batch has cached before its first step
     pages0: int = 0  # pages the batch holds before its first step
