@@ -150,13 +150,13 @@ class _DecodePlan:
             if v.cap is not None:
                 x = np.minimum(x, v.cap)
             t = v.at(x)
-            if roof is None:
-                pass
-            elif v.curve is None:
-                roof += t
-            else:
+            if v.curve is None:
+                if roof is not None:
+                    roof += t
+            else:  # a table (so roof is tracked): where it misses a step, the roofline prices that step
+                assert roof is not None
                 miss = np.isnan(t)
-                if miss.any():  # the table does not reach these steps: the roofline prices them
+                if miss.any():
                     t[miss] = v.roof(x[miss])
                     roof[miss] += t[miss]
                     misses.append((v.family, miss, v.count))

@@ -23,6 +23,19 @@ from simulator.integrity import CheckingTracker, Fault, FaultInjector, NoopTrack
 from simulator.request import Request
 
 
+def _progress(attr: str, sign: int, doc: str) -> property:
+    """A count that moves by `sign` per decode step while its sequence is in the batch; set only outside it."""
+
+    def get(seq: Seq) -> int:
+        return getattr(seq, attr) + sign * seq._moved()
+
+    def set_(seq: Seq, value: int) -> None:
+        assert seq._origin is None, "a batch sequence's progress moves with the step count only"
+        setattr(seq, attr, value)
+
+    return property(get, set_, doc=doc)
+
+
 class Seq:
     """A request's life on one instance.
 
@@ -52,35 +65,9 @@ class Seq:
     def _moved(self) -> int:
         return 0 if self._origin is None else self._sched.steps - self._origin
 
-    @property
-    def computed(self) -> int:
-        """Tokens whose KV is in this instance's cache."""
-        return self._computed + self._moved()
-
-    @computed.setter
-    def computed(self, value: int) -> None:
-        assert self._origin is None, "a batch sequence's progress moves with the step count only"
-        self._computed = value
-
-    @property
-    def remaining(self) -> int:
-        """Output tokens this instance still has to produce."""
-        return self._remaining - self._moved()
-
-    @remaining.setter
-    def remaining(self, value: int) -> None:
-        assert self._origin is None, "a batch sequence's progress moves with the step count only"
-        self._remaining = value
-
-    @property
-    def generated(self) -> int:
-        """Output tokens produced so far (a recompute must redo them)."""
-        return self._generated + self._moved()
-
-    @generated.setter
-    def generated(self, value: int) -> None:
-        assert self._origin is None, "a batch sequence's progress moves with the step count only"
-        self._generated = value
+    computed = _progress("_computed", +1, "Tokens whose KV is in this instance's cache.")
+    remaining = _progress("_remaining", -1, "Output tokens this instance still has to produce.")
+    generated = _progress("_generated", +1, "Output tokens produced so far (a recompute must redo them).")
 
     @property
     def fault_in(self) -> int:
@@ -116,7 +103,7 @@ class Plan:
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
-    need: list[int] | None = None  # per_offset as a list, made on the first booking
+    need: list[int] | None = None  # per_offset as a list (bookings read it item by item)
 
     @property
     def empty(self) -> bool:
@@ -191,12 +178,10 @@ class Scheduler:
         self._decode_tables: list[BlockTable] = []
         self._decode_dirty = False
         # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join); the sequences that
-        # need a new page at step counts ≡ c (mod page_size), in batch order, and how many (as an array, for
-        # a plan's per-step counts); the earliest step count at which one finishes or has a planned fault
-        # (None: to be recomputed).
+        # need a new page at step counts ≡ c (mod page_size), in batch order; the earliest step count at which
+        # one finishes or has a planned fault (None: to be recomputed).
         self._ctx_base = 0
         self._members: list[list[Seq]] = [[] for _ in range(cache.page_size)]
-        self._by_class = np.zeros(cache.page_size, dtype=np.int64)
         self._first_end: int | None = None
         self._first_fault: int | None = None
         self.counters = Counters()
@@ -251,10 +236,12 @@ class Scheduler:
             if not plan.decode:
                 break
             at = self.steps
-            # per_offset[s]: sequences needing a new page at the s-th coming step (step count at + s)
+            # need[s]: sequences needing a new page at the s-th coming step (step count at + s)
+            counts = [len(m) for m in self._members]
             r = at % ps
-            plan.per_offset = np.concatenate((self._by_class[r:], self._by_class[:r]))
-            if int(plan.per_offset[0]) <= self.cache.available:
+            plan.need = counts[r:] + counts[:r]
+            if plan.need[0] <= self.cache.available:
+                plan.per_offset = np.array(plan.need, dtype=np.int64)
                 plan.at = at
                 plan.ctx0 = self._ctx_base + len(plan.decode) * at
                 plan.pages0 = sum(t.n for t in self._decode_tables)
@@ -303,11 +290,8 @@ class Scheduler:
         operations as one that runs them one by one. Returns the steps that took pages and how many each."""
         if not plan.decode or k <= plan.booked:
             return [], []
-        ps, b = self.cache.page_size, plan.booked
-        if plan.need is None:
-            assert plan.per_offset is not None
-            plan.need = plan.per_offset.tolist()
-        need = plan.need
+        ps, b, need = self.cache.page_size, plan.booked, plan.need
+        assert need is not None
         if k - b <= ps:
             steps = [s for s in range(b, k) if need[s % ps]]
         else:  # a long span: walk each offset that takes pages, every page_size steps
@@ -373,9 +357,7 @@ class Scheduler:
             self._decode_dirty = True
             if seq._origin is not None:  # it leaves the batch
                 self._ctx_base -= seq._computed - seq._origin
-                c = (seq._origin - seq._computed) % self.cache.page_size
-                self._by_class[c] -= 1
-                self._members[c].remove(seq)
+                self._members[(seq._origin - seq._computed) % self.cache.page_size].remove(seq)
                 if seq._origin + seq._remaining == self._first_end:
                     self._first_end = None
                 if seq._fault_in >= 0:
@@ -395,9 +377,7 @@ class Scheduler:
                 if seq._origin is None:
                     seq._origin = at
                     self._ctx_base += seq._computed - at
-                    c = (at - seq._computed) % ps
-                    self._by_class[c] += 1
-                    insort(self._members[c], seq, key=_admission_order)
+                    insort(self._members[(at - seq._computed) % ps], seq, key=_admission_order)
                     if self._first_end is not None:
                         self._first_end = min(self._first_end, at + seq._remaining)
                     if seq._fault_in >= 0:
