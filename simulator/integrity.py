@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from simulator.cache import BlockTable, PagedCache
 
@@ -22,35 +23,41 @@ class Violation:
     kind: str  # "tag_mismatch" | "invalid_page"
 
 
-def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
-    """Vectorised batched check of tables held in `cache`; returns the violations and the number of page
-    entries checked.
+@njit(cache=True, nogil=True)
+def _first_bad(pages: np.ndarray, recorded: np.ndarray, tag: np.ndarray, rows: np.ndarray, ns: np.ndarray,
+               num_pages: int) -> np.ndarray:
+    """(batch index, slot) of the first bad entry of every table that has one, in batch order.
 
-    The batch's rows of the cache's table store are checked at once, as the GPU kernel does. Page ids are
-    read as unsigned and capped at the null page, so −1 and ids past the end read tag 0, which no live entry
-    records: an invalid id fails the compare and never indexes a real page's tag. Padding (the null page with
-    tag 0) passes.
-    """
+    The CPU twin of the GPU check kernel: it walks only the live entries of each table's row. An id that is
+    negative or past the last page is bad without being used as an index, so it can never read a real page's
+    tag and pass."""
+    out = np.empty((len(rows), 2), dtype=np.int64)
+    k = 0
+    for i in range(len(rows)):
+        r = rows[i]
+        for j in range(ns[i]):
+            p = pages[r, j]
+            if p < 0 or p >= num_pages or tag[p] != recorded[r, j]:
+                out[k, 0] = i
+                out[k, 1] = j
+                k += 1
+                break
+    return out[:k]
+
+
+def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
+    """Batched check of tables held in `cache`; returns the violations and the number of page entries checked."""
     if not tables:
         return [], 0
     ns = [t.n for t in tables]
-    width, total = max(ns), sum(ns)
-    if width == 0:
-        return [], 0
-    rows = np.array([t.row for t in tables], dtype=np.int64)
     store = cache.store
-    pages, recorded = store.pages[rows, :width], store.tags[rows, :width]
-    # (np.take's own clip is signed; indexing with unsigned ids costs a cast, so view them back as signed)
-    ids = np.minimum(pages.view(np.uint64), np.uint64(store.null_page)).view(np.int64)
-    bad = cache.tag[ids] != recorded
-    if not bad.any():
-        return [], total
+    bad = _first_bad(store.pages, store.tags, cache.tag, np.array([t.row for t in tables], dtype=np.int64),
+                     np.array(ns, dtype=np.int64), cache.num_pages)
     out = []
-    for i in np.flatnonzero(bad.any(axis=1)).tolist():
-        slot = int(np.argmax(bad[i]))
-        valid = 0 <= pages[i, slot] < cache.num_pages
+    for i, slot in bad.tolist():
+        valid = 0 <= store.pages[tables[i].row, slot] < cache.num_pages
         out.append(Violation(i, slot, "tag_mismatch" if valid else "invalid_page"))
-    return out, total
+    return out, sum(ns)
 
 
 class CheckingTracker:
