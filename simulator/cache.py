@@ -3,18 +3,23 @@
 Written once and driven by both clocks (the SimPy model and the GPU replay executor), so it knows nothing
 about time. Shaped after nano-vllm's block manager: a page is either free, held by live sequences
 (refcount > 0), or cached — unreferenced but still holding a known prefix, evictable least recently used.
+
+A request's pages are allocated, keyed, released and evicted one by one, ~100 of them a request; the
+per-page work is compiled (numba) over arrays — a free stack, a doubly linked LRU list, the prefix index —
+so one Python call moves a whole prompt's pages.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from itertools import islice
-
 import numpy as np
+from numba import njit
 
-# A page's prefix identity: (chained hash of the block holding its last token, end offset in that block), or
-# just the block's hash when pages and blocks are the same size (the offset is always 0; ints hash cheaper).
-PageKey = int | tuple[int, int]
+from simulator import prefix_index as px
+from simulator.traces import chain
+
+# A page's prefix identity: the chained hash of the block holding its last token, chained once more with its
+# end offset in that block when pages are smaller than blocks (63 bits either way, so it fits an int64).
+PageKey = int
 
 
 class TableStore:
@@ -116,6 +121,144 @@ class OutOfPages(Exception):
     """Raised when an allocation cannot be covered by free plus evictable pages."""
 
 
+# -- compiled page bookkeeping ------------------------------------------------------------------------------
+# The cached pages form a doubly linked LRU list through `nxt`/`prv` (an entry per page, plus a sentinel at
+# index num_pages whose `nxt` is the oldest; -1: not listed). `free` is a stack: its first `meta[FREE]`
+# entries are the free pages, the last one handed out first.
+FREE, CACHED, NEXT_TAG = 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _unlink(nxt: np.ndarray, prv: np.ndarray, p: int) -> None:
+    a, b = prv[p], nxt[p]
+    nxt[a] = b
+    prv[b] = a
+    nxt[p] = prv[p] = -1
+
+
+@njit(cache=True)
+def _take(count: int, meta: np.ndarray, free: np.ndarray, nxt: np.ndarray, prv: np.ndarray, key_of: np.ndarray,
+          keyed: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray, tag: np.ndarray,
+          refcount: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`count` pages — free ones first, then the oldest cached ones, whose keys go — each with a new tag and
+    held once. The caller has checked that there are enough."""
+    pages = np.empty(count, dtype=np.int64)
+    k = 0
+    while k < count and meta[FREE] > 0:
+        meta[FREE] -= 1
+        pages[k] = free[meta[FREE]]
+        k += 1
+    head = len(nxt) - 1
+    while k < count:
+        p = nxt[head]
+        _unlink(nxt, prv, p)
+        px.delete(ikeys, ipages, key_of[p])
+        keyed[p] = False
+        meta[CACHED] -= 1
+        pages[k] = p
+        k += 1
+    tags = np.arange(meta[NEXT_TAG], meta[NEXT_TAG] + count)
+    meta[NEXT_TAG] += count
+    for i in range(count):
+        tag[pages[i]] = tags[i]
+        refcount[pages[i]] = 1
+    return pages, tags
+
+
+@njit(cache=True)
+def _release(pages: np.ndarray, meta: np.ndarray, free: np.ndarray, nxt: np.ndarray, prv: np.ndarray,
+             keyed: np.ndarray, refcount: np.ndarray) -> int:
+    """Drop one reference to each page; a page nobody holds any more is cached (newest in the LRU) if it has a
+    key, else freed. Returns the pages that became available, or -1 if a page id or refcount is wrong (then
+    nothing changed)."""
+    n = len(refcount)
+    for p in pages:
+        if p < 0 or p >= n or refcount[p] <= 0:
+            return -1
+    head, freed = n, 0
+    for p in pages:  # in table order, so the LRU evicts a prefix's start first
+        refcount[p] -= 1
+        if refcount[p]:
+            continue
+        freed += 1
+        if keyed[p]:
+            tail = prv[head]
+            nxt[tail] = p
+            prv[p] = tail
+            nxt[p] = head
+            prv[head] = p
+            meta[CACHED] += 1
+        else:
+            free[meta[FREE]] = p
+            meta[FREE] += 1
+    return freed
+
+
+@njit(cache=True)
+def _match(keys: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> int:
+    n = 0
+    while n < len(keys) and px.lookup(ikeys, ipages, keys[n]) != px.EMPTY:
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _admission_cost(keys: np.ndarray, pages: int, ikeys: np.ndarray, ipages: np.ndarray,
+                    refcount: np.ndarray) -> int:
+    cost = pages
+    for k in keys:
+        p = px.lookup(ikeys, ipages, k)
+        if p == px.EMPTY:
+            break
+        cost += -1 if refcount[p] else 0  # a reused page nobody holds stops being evictable: no saving
+    return cost
+
+
+@njit(cache=True)
+def _acquire(keys: np.ndarray, meta: np.ndarray, nxt: np.ndarray, prv: np.ndarray, ikeys: np.ndarray,
+             ipages: np.ndarray, refcount: np.ndarray) -> np.ndarray:
+    """Hold the cached pages of the leading keys found; cached pages nobody held leave the LRU."""
+    n = _match(keys, ikeys, ipages)
+    pages = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        p = px.lookup(ikeys, ipages, keys[i])
+        if refcount[p] == 0:
+            _unlink(nxt, prv, p)
+            meta[CACHED] -= 1
+        refcount[p] += 1  # a prefix never lists a page twice
+        pages[i] = p
+    return pages
+
+
+@njit(cache=True)
+def _publish(pages: np.ndarray, keys: np.ndarray, key_of: np.ndarray, keyed: np.ndarray, ikeys: np.ndarray,
+             ipages: np.ndarray) -> None:
+    """Key the leading pages: a page keeps its first key, a key its first page."""
+    for i in range(min(len(pages), len(keys))):
+        p, k = pages[i], keys[i]
+        if 0 <= p < len(keyed) and not keyed[p] and px.lookup(ikeys, ipages, k) == px.EMPTY:
+            keyed[p] = True
+            key_of[p] = k
+            px.insert(ikeys, ipages, k, p)
+
+
+@njit(cache=True)
+def _force_free(p: int, meta: np.ndarray, free: np.ndarray, nxt: np.ndarray, prv: np.ndarray, key_of: np.ndarray,
+                keyed: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray, tag: np.ndarray,
+                refcount: np.ndarray) -> None:
+    if keyed[p]:
+        px.delete(ikeys, ipages, key_of[p])
+        keyed[p] = False
+    if nxt[p] >= 0:
+        _unlink(nxt, prv, p)
+        meta[CACHED] -= 1
+    refcount[p] = 0
+    tag[p] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
+    meta[NEXT_TAG] += 1
+    free[meta[FREE]] = p
+    meta[FREE] += 1
+
+
 class PagedCache:
     def __init__(self, num_pages: int, page_size: int, prefix_caching: bool = True) -> None:
         self.num_pages = num_pages
@@ -126,20 +269,18 @@ class PagedCache:
         # pages ever share a tag: a foreign page id can never carry the tag a sequence recorded. One more
         # entry, the null page (id num_pages, tag 0 for ever), pads the table store; it is never handed out.
         self.tag = np.zeros(num_pages + 1, dtype=np.int64)
-        self.next_tag = 1
-        self.free: list[int] = list(range(num_pages - 1, -1, -1))  # pop() hands out low ids first
-        self.cached: OrderedDict[int, None] = OrderedDict()  # unreferenced pages with a key, LRU first
-        self.key_of: list[PageKey | None] = [None] * num_pages  # by page id: a list index, not a hash
-        self.page_of: dict[PageKey, int] = {}
+        self._meta = np.array([num_pages, 0, 1], dtype=np.int64)  # free, cached, next tag
+        self._free = np.arange(num_pages - 1, -1, -1, dtype=np.int64)  # the stack hands out low ids first
+        self._nxt = np.full(num_pages + 1, -1, dtype=np.int64)
+        self._prv = np.full(num_pages + 1, -1, dtype=np.int64)
+        self._nxt[num_pages] = self._prv[num_pages] = num_pages  # the LRU list's sentinel: empty
+        self._key_of = np.zeros(num_pages, dtype=np.int64)
+        self._keyed = np.zeros(num_pages, dtype=np.bool_)
+        self._ikeys, self._ipages = px.new_index(num_pages)
+        self.available = num_pages  # free pages plus cached ones an allocation may evict; kept as pages move
         self.hit_tokens = 0
         self.lookup_tokens = 0
         self.store = TableStore(null_page=num_pages)
-
-    # -- capacity ---------------------------------------------------------------------------------
-    @property
-    def available(self) -> int:
-        """Pages an allocation can take now: free ones plus cached ones it may evict."""
-        return len(self.free) + len(self.cached)
 
     @property
     def used(self) -> int:
@@ -147,10 +288,6 @@ class PagedCache:
         return self.num_pages - self.available
 
     # -- allocation -------------------------------------------------------------------------------
-    def _bump(self, page: int) -> None:
-        self.tag[page] = self.next_tag
-        self.next_tag += 1
-
     def allocate(self, table: BlockTable, count: int) -> None:
         """Append `count` fresh pages to a table, each recorded with its new generation tag."""
         pages, tags = self._take(count)
@@ -180,72 +317,43 @@ class PagedCache:
             start += c
 
     def _take(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """`count` fresh pages and their new tags, now held once.
-
-        Free pages go first, in bulk; only what they cannot cover is evicted from the cached prefixes, oldest
-        first.
-        """
-        free, cached = self.free, self.cached
-        if count > len(free) + len(cached):
+        """`count` fresh pages and their new tags, now held once: free pages first, then the oldest cached
+        prefixes are evicted."""
+        if count > self.available:
             raise OutOfPages
-        cut = max(0, len(free) - count)
-        taken = free[cut:][::-1]  # pop() order: low page ids first
-        del free[cut:]
-        if len(taken) < count:  # evict the oldest cached prefixes
-            victims = list(islice(cached, count - len(taken)))
-            key_of, page_of = self.key_of, self.page_of
-            for page in victims:
-                del cached[page]
-                del page_of[key_of[page]]
-                key_of[page] = None
-            taken += victims
-        pages = np.array(taken, dtype=np.int64)
-        tags = np.arange(self.next_tag, self.next_tag + count, dtype=np.int64)
-        self.next_tag += count
-        self.tag[pages] = tags
-        self.refcount[pages] = 1
-        return pages, tags
+        self.available -= count
+        return _take(count, self._meta, self._free, self._nxt, self._prv, self._key_of, self._keyed,
+                     self._ikeys, self._ipages, self.tag, self.refcount)
 
-    def match_prefix(self, keys: list[PageKey]) -> int:
+    def match_prefix(self, keys: np.ndarray) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
-        if not self.prefix_caching:
-            return 0
-        n = 0
-        for k in keys:
-            if k not in self.page_of:
-                break
-            n += 1
-        return n
+        return _match(keys, self._ikeys, self._ipages) if self.prefix_caching else 0
 
-    def admission_cost(self, keys: list[PageKey], pages: int) -> int:
+    def admission_cost(self, keys: np.ndarray, pages: int) -> int:
         """How much of `available` holding a `pages`-page sequence takes: its fresh pages, plus the cached prefix
         pages it reuses that nobody holds now (they stop being evictable)."""
-        hit = self.match_prefix(keys)
-        idle = sum(1 for k in keys[:hit] if self.refcount[self.page_of[k]] == 0)
-        return pages - hit + idle
+        if not self.prefix_caching:
+            return pages
+        return _admission_cost(keys, pages, self._ikeys, self._ipages, self.refcount)
 
-    def acquire_prefix(self, table: BlockTable, keys: list[PageKey]) -> int:
+    def acquire_prefix(self, table: BlockTable, keys: np.ndarray) -> int:
         """Share the cached leading pages of `keys` into an empty table; returns pages reused."""
-        n = self.match_prefix(keys)
+        if not self.prefix_caching:
+            return 0
+        before = self._meta[CACHED]
+        pages = _acquire(keys, self._meta, self._nxt, self._prv, self._ikeys, self._ipages, self.refcount)
+        n = len(pages)
         if n:
-            pages = np.array([self.page_of[k] for k in keys[:n]], dtype=np.int64)
-            for page in pages[self.refcount[pages] == 0].tolist():
-                del self.cached[page]  # held again: no longer evictable
-            self.refcount[pages] += 1  # a prefix never lists a page twice
+            self.available -= int(before - self._meta[CACHED])
             table.attach(self.store)
             table.extend(pages, self.tag[pages])
         self.hit_tokens += n * self.page_size
         return n
 
-    def publish(self, table: BlockTable, keys: list[PageKey]) -> None:
+    def publish(self, table: BlockTable, keys: np.ndarray) -> None:
         """Give the table's leading full pages their prefix keys so later sequences can reuse them."""
-        if not self.prefix_caching:
-            return
-        key_of, page_of = self.key_of, self.page_of
-        for page, k in zip(table.pages[: min(table.n, len(keys))].tolist(), keys, strict=False):
-            if key_of[page] is None and k not in page_of:  # a page keeps its first key; a key its first page
-                key_of[page] = k
-                page_of[k] = page
+        if self.prefix_caching and table.n:
+            _publish(table.live_pages(), keys, self._key_of, self._keyed, self._ikeys, self._ipages)
 
     def release(self, table: BlockTable, skip: frozenset[int] = frozenset()) -> None:
         """Drop a sequence's references; keyed pages stay cached, others go back to the free list.
@@ -256,43 +364,57 @@ class PagedCache:
         pages = table.live_pages()
         if skip:
             pages = np.delete(pages, sorted(skip))
-        rc = self.refcount[pages] - 1
-        self.refcount[pages] = rc  # a table never lists a page twice
-        if rc.any():  # some pages stay held (shared prefixes)
-            assert rc.min() >= 0, "page refcount below zero"
-            freed = pages[rc == 0].tolist()
-        else:
-            freed = pages.tolist()
-        key_of = self.key_of
-        keyed = [p for p in freed if key_of[p] is not None] if self.page_of else []
-        cached = self.cached
-        for page in keyed:  # in table order, so the LRU evicts a prefix's start first (a loop: OrderedDict's
-            cached[page] = None  # update is slower than item by item)
-        self.free += freed if not keyed else [p for p in freed if key_of[p] is None]
+        freed = _release(pages, self._meta, self._free, self._nxt, self._prv, self._keyed, self.refcount)
+        assert freed >= 0, "released a page id out of range or a page nobody holds"
+        self.available += freed
         table.detach()
 
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""
-        key = self.key_of[page]
-        if key is not None:
-            del self.page_of[key]
-            self.key_of[page] = None
-        self.refcount[page] = 0
-        self.cached.pop(page, None)
-        self._bump(page)  # what its reallocation to another sequence would do
-        self.free.append(page)
+        held = self.refcount[page] > 0
+        _force_free(page, self._meta, self._free, self._nxt, self._prv, self._key_of, self._keyed, self._ikeys,
+                    self._ipages, self.tag, self.refcount)
+        self.available += int(held)
 
     def note_lookup(self, tokens: int) -> None:
         self.lookup_tokens += tokens
 
+    # -- inspection (tests) -----------------------------------------------------------------------
+    def free_pages(self) -> list[int]:
+        """The free stack, bottom first."""
+        return self._free[: self._meta[FREE]].tolist()
 
-def page_keys(blocks: tuple[int, ...], block_tokens: int, page_size: int, tokens: int) -> list[PageKey]:
+    def cached_pages(self) -> list[int]:
+        """The evictable pages, oldest first."""
+        out, p = [], int(self._nxt[self.num_pages])
+        while p != self.num_pages:
+            out.append(p)
+            p = int(self._nxt[p])
+        return out
+
+    def prefix_index(self) -> dict[int, PageKey]:
+        """Every keyed page and its key; each key also finds its page in the index."""
+        out = {}
+        for p in np.flatnonzero(self._keyed).tolist():
+            k = int(self._key_of[p])
+            assert px.lookup(self._ikeys, self._ipages, k) == p, f"key of page {p} does not find it"
+            out[p] = k
+        return out
+
+
+_OFFSET_SALT = 0x2545F4914F6CDD1D  # keeps a page's key apart from any block hash
+
+
+def page_keys(blocks: tuple[int, ...], block_tokens: int, page_size: int, tokens: int) -> np.ndarray:
     """Keys of the full pages among a prompt's first `tokens` tokens that lie inside known blocks.
 
-    A page's key is the chained hash of the block holding its last token plus its end offset, so two
-    pages share a key only when everything from the start of the sequence up to that block is identical.
+    A page's key is the chained hash of the block holding its last token, chained with its end offset in that
+    block, so two pages share a key only when everything from the start of the sequence up to that block is
+    identical (and the offset is too). When pages and blocks are one size the block's hash is the key.
     """
     n = min(tokens, len(blocks) * block_tokens) // page_size
     if block_tokens == page_size:
-        return list(blocks[:n])
-    return [(blocks[((i + 1) * page_size - 1) // block_tokens], (i + 1) * page_size % block_tokens) for i in range(n)]
+        return np.array(blocks[:n], dtype=np.int64)
+    ends = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(page_size)
+    held = np.array(blocks, dtype=np.uint64)[((ends - np.uint64(1)) // np.uint64(block_tokens)).astype(np.int64)]
+    return chain(held, (ends % np.uint64(block_tokens)) ^ np.uint64(_OFFSET_SALT)).astype(np.int64)

@@ -152,7 +152,7 @@ class Instance:
         """Pages held at time t, the run's steps started by then included (read-only: routing reads every
         instance for every request, so this is one flat method, and must not cut or book anything)."""
         cache = self.cache
-        used = cache.num_pages - len(cache.free) - len(cache.cached)
+        used = cache.num_pages - cache.available
         plan = self._run_plan
         if plan is None or not plan.decode:
             return used

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.cache import BlockTable, OutOfPages, PagedCache, PageKey, page_keys
+from simulator.cache import BlockTable, OutOfPages, PagedCache, page_keys
 from simulator.integrity import CheckingTracker, Fault, FaultInjector, NoopTracker, release_after_fault
 from simulator.request import Request
 
@@ -47,7 +47,7 @@ class Seq:
     __slots__ = ("req", "target", "table", "keys", "order", "fault", "status", "_sched", "_origin",
                  "_computed", "_remaining", "_generated", "_fault_in")
 
-    def __init__(self, req: Request, target: int, sched: Scheduler, remaining: int, keys: list[PageKey]) -> None:
+    def __init__(self, req: Request, target: int, sched: Scheduler, remaining: int, keys: np.ndarray) -> None:
         self.req = req
         self.target = target  # tokens whose KV must be cached before decoding (prompt, or + output on recompute)
         self.table = BlockTable()
@@ -189,11 +189,11 @@ class Scheduler:
         self._order = 0
 
     # -- entry points ------------------------------------------------------------------------------
-    def new_seq(self, req: Request, target: int, remaining: int, keys: list[PageKey] | None = None) -> Seq:
+    def new_seq(self, req: Request, target: int, remaining: int, keys: np.ndarray | None = None) -> Seq:
         """`keys`: the request's page keys if already known for this page size (the prefill instance's)."""
         return Seq(req, target, self, remaining, self.keys_for(req) if keys is None else keys)
 
-    def keys_for(self, req: Request) -> list[PageKey]:
+    def keys_for(self, req: Request) -> np.ndarray:
         return page_keys(req.blocks, req.block_tokens, self.cache.page_size, req.prompt_tokens)
 
     def enqueue(self, seq: Seq) -> None:

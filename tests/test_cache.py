@@ -75,24 +75,26 @@ class CacheMachine(RuleBasedStateMachine):
                 owners.setdefault(p, []).append(sid)
         for page, sids in owners.items():
             if len(sids) > 1:
-                key = self.cache.key_of[page]
+                key = self.cache.prefix_index().get(page)
                 assert key is not None, f"page {page} shared by {sids} without a prefix key"
                 for sid in sids:
                     assert key in self.live[sid][1], "prefix hit on a sequence whose prefix differs"
 
     @invariant()
     def every_page_accounted_once(self) -> None:
-        free = set(self.cache.free)
-        cached = set(self.cache.cached)
+        free = set(self.cache.free_pages())
+        cached = set(self.cache.cached_pages())
+        assert len(cached) == len(self.cache.cached_pages()), "a page is cached twice"
+        assert cached <= set(self.cache.prefix_index()), "a cached page without a key"
         held = {p for p in range(self.cache.num_pages) if self.cache.refcount[p] > 0}
         assert not (free & cached) and not (free & held) and not (cached & held)
         assert len(free) + len(cached) + len(held) == self.cache.num_pages
-        assert len(free) == len(self.cache.free), "a page is on the free list twice"
+        assert len(free) == len(self.cache.free_pages()), "a page is on the free list twice"
 
     @invariant()
     def prefix_hits_only_on_identical_keys(self) -> None:
-        for key, page in self.cache.page_of.items():
-            assert self.cache.key_of[page] == key
+        index = self.cache.prefix_index()  # checks that each key finds its page
+        assert len(set(index.values())) == len(index), "two pages hold one key"
 
 
 TestCacheMachine = CacheMachine.TestCase
@@ -105,7 +107,7 @@ def test_freed_pages_come_back() -> None:
     cache.allocate(t, 8)
     assert cache.available == 0
     cache.release(t)
-    assert cache.available == 8 and sorted(cache.free) == list(range(8))
+    assert cache.available == 8 and sorted(cache.free_pages()) == list(range(8))
 
 
 def test_cached_prefix_is_evicted_lru_when_memory_is_needed() -> None:
@@ -115,7 +117,7 @@ def test_cached_prefix_is_evicted_lru_when_memory_is_needed() -> None:
     cache.allocate(a, 2)
     cache.publish(a, keys_a)
     cache.release(a)
-    assert len(cache.cached) == 2 and cache.available == 4
+    assert cache.cached_pages() == [0, 1] and cache.available == 4
     cache.allocate(b, 3)  # takes both free pages, then evicts the oldest cached one
     assert cache.match_prefix(keys_a) == 0  # the first page of the prefix is gone, so nothing matches
 
@@ -135,9 +137,14 @@ def test_tags_are_unique_across_pages_and_reallocations() -> None:
 def test_page_keys_need_whole_known_blocks() -> None:
     # 512-token blocks, 64-token pages: a 1000-token prompt with 1 known block gives 8 keyed pages.
     keys = page_keys((11,), 512, 64, 1000)
-    assert len(keys) == 8 and keys[-1] == (11, 0) and keys[0] == (11, 64)
-    assert page_keys((), 512, 64, 1000) == []
-    assert page_keys((5, 6, 7), 64, 64, 150) == [5, 6]  # page = block: the block's hash is the key
+    assert len(keys) == 8 and len(set(keys.tolist())) == 8 and 11 not in keys.tolist()
+    assert (keys >= 0).all()  # 63-bit: they fit the compiled index's int64 keys
+    longer = page_keys((11, 12), 512, 64, 2000)
+    assert longer[:8].tolist() == keys.tolist()  # the same prefix gives the same keys
+    assert not set(longer[8:].tolist()) & set(keys.tolist())
+    assert not set(page_keys((13,), 512, 64, 1000).tolist()) & set(keys.tolist())  # another block: other keys
+    assert page_keys((), 512, 64, 1000).tolist() == []
+    assert page_keys((5, 6, 7), 64, 64, 150).tolist() == [5, 6]  # page = block: the block's hash is the key
 
 
 def test_table_store_grows_rows_and_columns_without_losing_entries() -> None:
