@@ -276,7 +276,8 @@ class Scheduler:
             per_offset = plan.per_offset
             assert per_offset is not None
             ps = len(per_offset)
-            plan.growth = np.cumsum(per_offset[:n] if n <= ps else np.concatenate((per_offset,) * -(-n // ps))[:n])
+            cycle = per_offset[:n] if n <= ps else np.concatenate((per_offset,) * -(-n // ps))[:n]
+            plan.growth = np.add.accumulate(cycle)
         return plan.growth[:n]
 
     def context_totals(self, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -336,7 +337,7 @@ class Scheduler:
 
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
         if self.tracker.enabled:  # the pages read at each of the k steps
-            ev.checked_pages = k * plan.pages0 + int(self.growth(plan, k).sum())
+            ev.checked_pages = k * plan.pages0 + int(np.add.reduce(self.growth(plan, k)))
             self.counters.checked_pages += ev.checked_pages
         self.steps += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         self.book(plan, k)
