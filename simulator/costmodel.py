@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from simulator import roofline
 from simulator.ops import (
@@ -110,6 +111,26 @@ class _Varying:
         if self.membound:
             return (self.mem0 + self.floor + self.mem1 * x) * self.count
         return (np.maximum(self.mem0 + self.mem1 * x, self.mma0 + self.mma1 * x) + self.floor) * self.count
+
+
+@njit(cache=True)
+def _line_run(a: float, b: float, c: float, ctx0: int, batch: int, pages0: int, growth: np.ndarray,
+              clock: float) -> tuple[np.ndarray, np.ndarray]:
+    """Microseconds and end times of a run of decode steps whose varying parts are all on one roofline line:
+    step i reads `ctx0 + batch·(i+1)` tokens and `pages0 + growth[i]` pages. The same arithmetic, in the same
+    order, as `_DecodePlan.price` and a clock that adds one step at a time, fused into one pass (a run is
+    priced ~140,000 times in an hour of fleet traffic)."""
+    us = np.empty(len(growth))
+    ends = np.empty(len(growth))
+    t = clock
+    for i in range(len(growth)):
+        u = a + b * (ctx0 + batch * (i + 1))
+        if c != 0.0:
+            u = u + c * (pages0 + growth[i])
+        us[i] = u
+        t = t + u * 1e-6
+        ends[i] = t
+    return us, ends
 
 
 class _DecodePlan:
@@ -283,6 +304,18 @@ class CostModel:
         self._solo: dict[int, _Part] = {}  # steps that are one whole prompt, by its length
 
     # -- public ------------------------------------------------------------------------------------------
+    def decode_run(self, batch: int, ctx0: int, pages0: int, growth: np.ndarray,
+                   clock: float) -> tuple[DecodeSteps, list[float]]:
+        """A run of decode steps of `batch` sequences that hold `ctx0` tokens and `pages0` pages before it and
+        take `growth[i]` more pages by step i, starting at `clock`: the priced steps (booked by the caller once
+        it knows how many ran) and each step's end time."""
+        plan = self._plan(batch)
+        if not plan.parts:
+            us, ends = _line_run(plan.a, plan.b, plan.c, ctx0, batch, pages0, growth, clock)
+            return DecodeSteps(plan, us, None, ()), ends.tolist()
+        steps = plan.price(ctx0 + batch * np.arange(1, len(growth) + 1, dtype=np.int64), pages0 + growth)
+        return steps, np.add.accumulate(np.concatenate(([clock], steps.us * 1e-6)))[1:].tolist()
+
     def decode_steps(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray) -> DecodeSteps:
         """Decode-only steps of `batch` sequences, one per element of the context/page totals, priced but not
         booked: the caller books the steps that ran (a run of steps may be cut short)."""

@@ -190,17 +190,18 @@ class Instance:
             self.wake.succeed()
 
     # -- the step loop -------------------------------------------------------------------------------
-    def _price(self, plan: Plan, n: int) -> tuple[np.ndarray, DecodeSteps | None]:
-        """Seconds of the plan's next n steps, and for a decode run the priced steps to book once it is known
-        how many ran. A step with prefill chunks is always a run of one, so it is booked at once."""
+    def _price(self, plan: Plan, n: int) -> tuple[list[float], DecodeSteps | None]:
+        """End times of the plan's next n steps (plain floats: the loop and routing read them one at a time),
+        and for a decode run the priced steps to book once it is known how many ran. A step with prefill
+        chunks is always a run of one, so it is booked at once."""
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]
             t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
-            return np.array([t]), None
-        ctx, pages = self.sched.context_totals(plan, n)
-        steps = self.cost.decode_steps(len(plan.decode), ctx, pages)
-        return steps.us * 1e-6, steps
+            return [self.clock + t], None
+        growth = self.sched.growth(plan, n)
+        priced, ends = self.cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, self.clock)
+        return ends, priced
 
     def _sleep(self):
         """Wait until notified; the clock moves to the time of the cause."""
@@ -222,9 +223,7 @@ class Instance:
                 yield from self._sleep()
                 continue
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
-            seconds, priced = self._price(plan, n)
-            # Step ends as plain floats: the loop and routing read them one at a time.
-            ends = np.add.accumulate(np.concatenate(([self.clock], seconds)))[1:].tolist()
+            ends, priced = self._price(plan, n)
             self._run_plan, self._run_ends, self._run_start = plan, ends, self.clock
             self._run_growth = sched.growth(plan, n) if plan.decode else None
             self._book_to(1)  # the first step starts now

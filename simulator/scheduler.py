@@ -280,11 +280,6 @@ class Scheduler:
             plan.growth = np.add.accumulate(cycle)
         return plan.growth[:n]
 
-    def context_totals(self, plan: Plan, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Total context and total pages the batch reads at each of the next n steps (for pricing)."""
-        steps = np.arange(1, n + 1, dtype=np.int64)
-        return plan.ctx0 + len(plan.decode) * steps, plan.pages0 + self.growth(plan, n)
-
     def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
         """Allocate the pages the plan's first k decode steps write. A step takes its pages when it starts, so
         a clock that runs many steps at once books them as their start times pass, in the same order of cache

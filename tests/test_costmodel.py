@@ -357,6 +357,24 @@ def test_a_cut_run_books_only_the_steps_that_ran(tables: bool, measured: Profile
         assert 0 < run.usage.fallback_ops["decode_attention_mla"] < 61 * (m - 250)  # only steps past the table
 
 
+@pytest.mark.parametrize("tables", [False, True])
+def test_a_decode_run_prices_each_step_as_one_step_alone(tables: bool, measured: Profile) -> None:
+    """The fused run (roofline lines) and the array path (profile tables) give each step the bits of pricing
+    it alone, and end times that are the running sum a one-step-at-a-time clock computes."""
+    pool = Pool(tp=8, weights="int4", kv_cache="bf16")  # the profile's attention tables are BF16
+    cm = CostModel(KIMI, H200, pool, measured if tables else ROOF, integrity=True)
+    batch, ctx0, pages0, clock = 4, 4 * 1500, 4 * 24, 12.345  # batch 4, 1.5K context: in the tables
+    growth = np.add.accumulate(np.array([0, 2, 0, 0, 1, 0, 3, 0] * 5, dtype=np.int64))
+    steps, ends = cm.decode_run(batch, ctx0, pages0, growth, clock)
+    t = clock
+    for i, end in enumerate(ends):
+        one = cm.step_s(batch, ctx0 + batch * (i + 1), pages0 + int(growth[i]), [])
+        assert steps.us[i] * 1e-6 == one
+        t += one
+        assert end == t
+    assert cm._plan(batch).parts if tables else not cm._plan(batch).parts  # both paths were taken
+
+
 def test_a_prompt_alone_is_priced_once_per_length_and_books_each_time() -> None:
     cm = CostModel(KIMI, H200, Pool(tp=8, weights="int4"), ROOF, integrity=True)
     first = cm.step_s(0, 0, 0, [(3000, 0)])
