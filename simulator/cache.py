@@ -122,75 +122,74 @@ class OutOfPages(Exception):
 
 
 # -- compiled page bookkeeping ------------------------------------------------------------------------------
-# The cached pages form a doubly linked LRU list through `nxt`/`prv` (an entry per page, plus a sentinel at
-# index num_pages whose `nxt` is the oldest; -1: not listed). `free` is a stack: its first `meta[FREE]`
-# entries are the free pages, the last one handed out first.
-FREE, CACHED, NEXT_TAG = 0, 1, 2
+# A cache's per-page state is one int64 matrix, a row per field, so a compiled call takes few arguments (each
+# costs at the boundary). Its cached pages form a doubly linked LRU list through rows NXT/PRV (the sentinel
+# at index num_pages: NXT is the oldest; -1: not listed); row FREE is a stack whose first `meta[N_FREE]`
+# entries are the free pages, the last one handed out first. Results come back in a caller's buffer: a
+# returned array costs more to hand over than these calls' work.
+REF, TAG, NXT, PRV, KEY, KEYED, FREE = range(7)
+N_FREE, N_CACHED, NEXT_TAG = range(3)
 
 
 @njit(cache=True, inline="always")
-def _unlink(nxt: np.ndarray, prv: np.ndarray, p: int) -> None:
-    a, b = prv[p], nxt[p]
-    nxt[a] = b
-    prv[b] = a
-    nxt[p] = prv[p] = -1
+def _unlink(st: np.ndarray, p: int) -> None:
+    a, b = st[PRV, p], st[NXT, p]
+    st[NXT, a] = b
+    st[PRV, b] = a
+    st[NXT, p] = st[PRV, p] = -1
 
 
 @njit(cache=True)
-def _take(count: int, meta: np.ndarray, free: np.ndarray, nxt: np.ndarray, prv: np.ndarray, key_of: np.ndarray,
-          keyed: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray, tag: np.ndarray,
-          refcount: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`count` pages — free ones first, then the oldest cached ones, whose keys go — each with a new tag and
-    held once. The caller has checked that there are enough."""
-    pages = np.empty(count, dtype=np.int64)
+def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+          out: np.ndarray) -> None:
+    """`count` pages into out[0] — free ones first, then the oldest cached ones, whose keys go — each held
+    once with a new tag, into out[1]. The caller has checked that there are enough."""
     k = 0
-    while k < count and meta[FREE] > 0:
-        meta[FREE] -= 1
-        pages[k] = free[meta[FREE]]
+    while k < count and meta[N_FREE] > 0:
+        meta[N_FREE] -= 1
+        out[0, k] = st[FREE, meta[N_FREE]]
         k += 1
-    head = len(nxt) - 1
+    head = st.shape[1] - 1
     while k < count:
-        p = nxt[head]
-        _unlink(nxt, prv, p)
-        px.delete(ikeys, ipages, key_of[p])
-        keyed[p] = False
-        meta[CACHED] -= 1
-        pages[k] = p
+        p = st[NXT, head]
+        _unlink(st, p)
+        px.delete(ikeys, ipages, st[KEY, p])
+        st[KEYED, p] = 0
+        meta[N_CACHED] -= 1
+        out[0, k] = p
         k += 1
-    tags = np.arange(meta[NEXT_TAG], meta[NEXT_TAG] + count)
-    meta[NEXT_TAG] += count
     for i in range(count):
-        tag[pages[i]] = tags[i]
-        refcount[pages[i]] = 1
-    return pages, tags
+        p = out[0, i]
+        out[1, i] = st[TAG, p] = meta[NEXT_TAG]
+        meta[NEXT_TAG] += 1
+        st[REF, p] = 1
 
 
 @njit(cache=True)
-def _release(pages: np.ndarray, meta: np.ndarray, free: np.ndarray, nxt: np.ndarray, prv: np.ndarray,
-             keyed: np.ndarray, refcount: np.ndarray) -> int:
+def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
     """Drop one reference to each page; a page nobody holds any more is cached (newest in the LRU) if it has a
     key, else freed. Returns the pages that became available, or -1 if a page id or refcount is wrong (then
     nothing changed)."""
-    n = len(refcount)
+    head = st.shape[1] - 1
     for p in pages:
-        if p < 0 or p >= n or refcount[p] <= 0:
+        if p < 0 or p >= head or st[REF, p] <= 0:
             return -1
-    head, freed = n, 0
+    freed = 0
     for p in pages:  # in table order, so the LRU evicts a prefix's start first
-        refcount[p] -= 1
-        if refcount[p]:
+        st[REF, p] -= 1
+        if st[REF, p]:
             continue
         freed += 1
-        if keyed[p]:
-            tail = prv[head]
-            nxt[tail] = p
-            prv[p] = tail
-            nxt[p] = head
-            prv[head] = p
-            meta[CACHED] += 1
+        if st[KEYED, p]:
+            tail = st[PRV, head]
+            st[NXT, tail] = p
+            st[PRV, p] = tail
+            st[NXT, p] = head
+            st[PRV, head] = p
+            meta[N_CACHED] += 1
         else:
-            free[meta[FREE]] = p
-            meta[FREE] += 1
+            st[FREE, meta[N_FREE]] = p
+            meta[N_FREE] += 1
     return freed
 
 
@@ -203,60 +202,57 @@ def _match(keys: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> int:
 
 
 @njit(cache=True)
-def _admission_cost(keys: np.ndarray, pages: int, ikeys: np.ndarray, ipages: np.ndarray,
-                    refcount: np.ndarray) -> int:
+def _admission_cost(keys: np.ndarray, pages: int, ikeys: np.ndarray, ipages: np.ndarray, st: np.ndarray) -> int:
     cost = pages
     for k in keys:
         p = px.lookup(ikeys, ipages, k)
         if p == px.EMPTY:
             break
-        cost += -1 if refcount[p] else 0  # a reused page nobody holds stops being evictable: no saving
+        cost += -1 if st[REF, p] else 0  # a reused page nobody holds stops being evictable: no saving
     return cost
 
 
 @njit(cache=True)
-def _acquire(keys: np.ndarray, meta: np.ndarray, nxt: np.ndarray, prv: np.ndarray, ikeys: np.ndarray,
-             ipages: np.ndarray, refcount: np.ndarray) -> np.ndarray:
-    """Hold the cached pages of the leading keys found; cached pages nobody held leave the LRU."""
+def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+             out: np.ndarray) -> int:
+    """Hold the pages of the leading keys found (into out[0], their tags into out[1]); cached pages nobody held
+    leave the LRU. Returns how many."""
     n = _match(keys, ikeys, ipages)
-    pages = np.empty(n, dtype=np.int64)
     for i in range(n):
         p = px.lookup(ikeys, ipages, keys[i])
-        if refcount[p] == 0:
-            _unlink(nxt, prv, p)
-            meta[CACHED] -= 1
-        refcount[p] += 1  # a prefix never lists a page twice
-        pages[i] = p
-    return pages
+        if st[REF, p] == 0:
+            _unlink(st, p)
+            meta[N_CACHED] -= 1
+        st[REF, p] += 1  # a prefix never lists a page twice
+        out[0, i] = p
+        out[1, i] = st[TAG, p]
+    return n
 
 
 @njit(cache=True)
-def _publish(pages: np.ndarray, keys: np.ndarray, key_of: np.ndarray, keyed: np.ndarray, ikeys: np.ndarray,
-             ipages: np.ndarray) -> None:
+def _publish(pages: np.ndarray, keys: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> None:
     """Key the leading pages: a page keeps its first key, a key its first page."""
     for i in range(min(len(pages), len(keys))):
         p, k = pages[i], keys[i]
-        if 0 <= p < len(keyed) and not keyed[p] and px.lookup(ikeys, ipages, k) == px.EMPTY:
-            keyed[p] = True
-            key_of[p] = k
+        if 0 <= p < st.shape[1] - 1 and not st[KEYED, p] and px.lookup(ikeys, ipages, k) == px.EMPTY:
+            st[KEYED, p] = 1
+            st[KEY, p] = k
             px.insert(ikeys, ipages, k, p)
 
 
 @njit(cache=True)
-def _force_free(p: int, meta: np.ndarray, free: np.ndarray, nxt: np.ndarray, prv: np.ndarray, key_of: np.ndarray,
-                keyed: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray, tag: np.ndarray,
-                refcount: np.ndarray) -> None:
-    if keyed[p]:
-        px.delete(ikeys, ipages, key_of[p])
-        keyed[p] = False
-    if nxt[p] >= 0:
-        _unlink(nxt, prv, p)
-        meta[CACHED] -= 1
-    refcount[p] = 0
-    tag[p] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
+def _force_free(p: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> None:
+    if st[KEYED, p]:
+        px.delete(ikeys, ipages, st[KEY, p])
+        st[KEYED, p] = 0
+    if st[NXT, p] >= 0:
+        _unlink(st, p)
+        meta[N_CACHED] -= 1
+    st[REF, p] = 0
+    st[TAG, p] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
     meta[NEXT_TAG] += 1
-    free[meta[FREE]] = p
-    meta[FREE] += 1
+    st[FREE, meta[N_FREE]] = p
+    meta[N_FREE] += 1
 
 
 class PagedCache:
@@ -264,19 +260,18 @@ class PagedCache:
         self.num_pages = num_pages
         self.page_size = page_size
         self.prefix_caching = prefix_caching
-        self.refcount = np.zeros(num_pages, dtype=np.int64)
+        self._st = np.zeros((7, num_pages + 1), dtype=np.int64)
+        self._st[NXT] = self._st[PRV] = -1
+        self._st[NXT, num_pages] = self._st[PRV, num_pages] = num_pages  # the LRU list's sentinel: empty
+        self._st[FREE, :num_pages] = np.arange(num_pages - 1, -1, -1)  # the stack hands out low ids first
+        self._meta = np.array([num_pages, 0, 1], dtype=np.int64)  # free, cached, next tag
+        self._ikeys, self._ipages = px.new_index(num_pages)
+        self._out = np.empty((2, num_pages), dtype=np.int64)  # compiled calls' pages and tags
+        self.refcount = self._st[REF, :num_pages]
         # Generation tags are drawn from one counter for the whole cache, so no two allocations of any
         # pages ever share a tag: a foreign page id can never carry the tag a sequence recorded. One more
         # entry, the null page (id num_pages, tag 0 for ever), pads the table store; it is never handed out.
-        self.tag = np.zeros(num_pages + 1, dtype=np.int64)
-        self._meta = np.array([num_pages, 0, 1], dtype=np.int64)  # free, cached, next tag
-        self._free = np.arange(num_pages - 1, -1, -1, dtype=np.int64)  # the stack hands out low ids first
-        self._nxt = np.full(num_pages + 1, -1, dtype=np.int64)
-        self._prv = np.full(num_pages + 1, -1, dtype=np.int64)
-        self._nxt[num_pages] = self._prv[num_pages] = num_pages  # the LRU list's sentinel: empty
-        self._key_of = np.zeros(num_pages, dtype=np.int64)
-        self._keyed = np.zeros(num_pages, dtype=np.bool_)
-        self._ikeys, self._ipages = px.new_index(num_pages)
+        self.tag = self._st[TAG]
         self.available = num_pages  # free pages plus cached ones an allocation may evict; kept as pages move
         self.hit_tokens = 0
         self.lookup_tokens = 0
@@ -322,8 +317,8 @@ class PagedCache:
         if count > self.available:
             raise OutOfPages
         self.available -= count
-        return _take(count, self._meta, self._free, self._nxt, self._prv, self._key_of, self._keyed,
-                     self._ikeys, self._ipages, self.tag, self.refcount)
+        _take(count, self._meta, self._st, self._ikeys, self._ipages, self._out)
+        return self._out[0, :count], self._out[1, :count]  # copied by the caller before the next call
 
     def match_prefix(self, keys: np.ndarray) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
@@ -334,26 +329,25 @@ class PagedCache:
         pages it reuses that nobody holds now (they stop being evictable)."""
         if not self.prefix_caching:
             return pages
-        return _admission_cost(keys, pages, self._ikeys, self._ipages, self.refcount)
+        return _admission_cost(keys, pages, self._ikeys, self._ipages, self._st)
 
     def acquire_prefix(self, table: BlockTable, keys: np.ndarray) -> int:
         """Share the cached leading pages of `keys` into an empty table; returns pages reused."""
         if not self.prefix_caching:
             return 0
-        before = self._meta[CACHED]
-        pages = _acquire(keys, self._meta, self._nxt, self._prv, self._ikeys, self._ipages, self.refcount)
-        n = len(pages)
+        before = self._meta[N_CACHED]
+        n = _acquire(keys, self._meta, self._st, self._ikeys, self._ipages, self._out)
         if n:
-            self.available -= int(before - self._meta[CACHED])
+            self.available -= int(before - self._meta[N_CACHED])
             table.attach(self.store)
-            table.extend(pages, self.tag[pages])
+            table.extend(self._out[0, :n], self._out[1, :n])
         self.hit_tokens += n * self.page_size
         return n
 
     def publish(self, table: BlockTable, keys: np.ndarray) -> None:
         """Give the table's leading full pages their prefix keys so later sequences can reuse them."""
         if self.prefix_caching and table.n:
-            _publish(table.live_pages(), keys, self._key_of, self._keyed, self._ikeys, self._ipages)
+            _publish(table.live_pages(), keys, self._st, self._ikeys, self._ipages)
 
     def release(self, table: BlockTable, skip: frozenset[int] = frozenset()) -> None:
         """Drop a sequence's references; keyed pages stay cached, others go back to the free list.
@@ -364,7 +358,7 @@ class PagedCache:
         pages = table.live_pages()
         if skip:
             pages = np.delete(pages, sorted(skip))
-        freed = _release(pages, self._meta, self._free, self._nxt, self._prv, self._keyed, self.refcount)
+        freed = _release(pages, self._meta, self._st)
         assert freed >= 0, "released a page id out of range or a page nobody holds"
         self.available += freed
         table.detach()
@@ -372,8 +366,7 @@ class PagedCache:
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""
         held = self.refcount[page] > 0
-        _force_free(page, self._meta, self._free, self._nxt, self._prv, self._key_of, self._keyed, self._ikeys,
-                    self._ipages, self.tag, self.refcount)
+        _force_free(page, self._meta, self._st, self._ikeys, self._ipages)
         self.available += int(held)
 
     def note_lookup(self, tokens: int) -> None:
@@ -382,21 +375,21 @@ class PagedCache:
     # -- inspection (tests) -----------------------------------------------------------------------
     def free_pages(self) -> list[int]:
         """The free stack, bottom first."""
-        return self._free[: self._meta[FREE]].tolist()
+        return self._st[FREE, : self._meta[N_FREE]].tolist()
 
     def cached_pages(self) -> list[int]:
         """The evictable pages, oldest first."""
-        out, p = [], int(self._nxt[self.num_pages])
+        out, p = [], int(self._st[NXT, self.num_pages])
         while p != self.num_pages:
             out.append(p)
-            p = int(self._nxt[p])
+            p = int(self._st[NXT, p])
         return out
 
     def prefix_index(self) -> dict[int, PageKey]:
         """Every keyed page and its key; each key also finds its page in the index."""
         out = {}
-        for p in np.flatnonzero(self._keyed).tolist():
-            k = int(self._key_of[p])
+        for p in np.flatnonzero(self._st[KEYED, : self.num_pages]).tolist():
+            k = int(self._st[KEY, p])
             assert px.lookup(self._ikeys, self._ipages, k) == p, f"key of page {p} does not find it"
             out[p] = k
         return out
