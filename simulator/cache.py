@@ -166,6 +166,16 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipage
 
 
 @njit(cache=True)
+def _take_into(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+               out: np.ndarray, pages: np.ndarray, tags: np.ndarray, at: np.ndarray) -> None:
+    """`_take`, the i-th page and its tag written straight to table entry (at[i], at[count + i]) of a store."""
+    _take(count, meta, st, ikeys, ipages, out)
+    for i in range(count):
+        pages[at[i], at[count + i]] = out[0, i]
+        tags[at[i], at[count + i]] = out[1, i]
+
+
+@njit(cache=True)
 def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
     """Drop one reference to each page; a page nobody holds any more is cached (newest in the LRU) if it has a
     key, else freed. Returns the pages that became available, or -1 if a page id or refcount is wrong (then
@@ -285,40 +295,38 @@ class PagedCache:
     # -- allocation -------------------------------------------------------------------------------
     def allocate(self, table: BlockTable, count: int) -> None:
         """Append `count` fresh pages to a table, each recorded with its new generation tag."""
-        pages, tags = self._take(count)
+        self._check_room(count)
         table.attach(self.store)
-        table.extend(pages, tags)
+        self.store.fit(table.n + count)
+        at = np.empty(2 * count, dtype=np.int64)
+        at[:count] = table.row
+        at[count:] = np.arange(table.n, table.n + count)
+        self._take_into(count, at)
+        table.n += count
 
-    def allocate_many(self, tables: list[BlockTable], counts: list[int]) -> None:
-        """`allocate` for several tables at once: one bulk take, then each table its slice, in order."""
-        pages, tags = self._take(sum(counts))
-        if len(pages) == len(tables):  # one page each (a decode run's growth, mostly): two scattered stores
-            store, rows, cols = self.store, [], []
-            for table in tables:  # a table listed twice gets consecutive columns
-                if table.store is None:
-                    table.attach(store)
-                rows.append(table.row)
-                cols.append(table.n)
-                table.n += 1
-            store.fit(max(cols) + 1)
-            at = (np.array(rows, dtype=np.int64), np.array(cols, dtype=np.int64))
-            store.pages[at] = pages
-            store.tags[at] = tags
-            return
-        start = 0
-        for table, c in zip(tables, counts, strict=True):
-            table.attach(self.store)
-            table.extend(pages[start : start + c], tags[start : start + c])
-            start += c
+    def allocate_each(self, tables: list[BlockTable]) -> None:
+        """One fresh page to each table, in list order (a decode step's growth; a table listed twice gets two)."""
+        self._check_room(len(tables))
+        store, rows, cols = self.store, [], []
+        for table in tables:
+            if table.store is None:
+                table.attach(store)
+            rows.append(table.row)
+            cols.append(table.n)
+            table.n += 1
+        store.fit(max(cols) + 1)
+        self._take_into(len(tables), np.array(rows + cols, dtype=np.int64))
 
-    def _take(self, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """`count` fresh pages and their new tags, now held once: free pages first, then the oldest cached
-        prefixes are evicted."""
+    def _check_room(self, count: int) -> None:
         if count > self.available:
             raise OutOfPages
+
+    def _take_into(self, count: int, at: np.ndarray) -> None:
+        """`count` fresh pages, now held once — free pages first, then the oldest cached prefixes are evicted —
+        written with their new tags to the store's entries at (at[:count], at[count:])."""
         self.available -= count
-        _take(count, self._meta, self._st, self._ikeys, self._ipages, self._out)
-        return self._out[0, :count], self._out[1, :count]  # copied by the caller before the next call
+        _take_into(count, self._meta, self._st, self._ikeys, self._ipages, self._out, self.store.pages,
+                   self.store.tags, at)
 
     def match_prefix(self, keys: np.ndarray) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""

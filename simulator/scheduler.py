@@ -302,7 +302,7 @@ class Scheduler:
             group = members[(at + step) % ps]
             tables += [s.table for s in group]
             counts.append(len(group))
-        self.cache.allocate_many(tables, [1] * len(tables))
+        self.cache.allocate_each(tables)
         return steps, counts
 
     def advance(self, plan: Plan, k: int) -> StepEvents:

@@ -157,7 +157,7 @@ def test_table_store_grows_rows_and_columns_without_losing_entries() -> None:
     for i in range(150):  # 150 rows > 64; up to 300 pages > 64 columns
         t = BlockTable()
         cache.allocate(t, 1 + 2 * i)
-        cache.allocate_many([t, t], [1, 1])
+        cache.allocate_each([t, t])
         tables.append(t)
         expect.append(t.live_pages().tolist())
     assert [t.live_pages().tolist() for t in tables] == expect
