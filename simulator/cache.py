@@ -176,6 +176,15 @@ def _take_into(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, 
 
 
 @njit(cache=True)
+def _take_span(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+               out: np.ndarray, pages: np.ndarray, tags: np.ndarray, row: int, col: int) -> None:
+    """`_take`, the pages and their tags written to entries col, col + 1, … of one row of a store."""
+    _take(count, meta, st, ikeys, ipages, out)
+    pages[row, col : col + count] = out[0, :count]
+    tags[row, col : col + count] = out[1, :count]
+
+
+@njit(cache=True)
 def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
     """Drop one reference to each page; a page nobody holds any more is cached (newest in the LRU) if it has a
     key, else freed. Returns the pages that became available, or -1 if a page id or refcount is wrong (then
@@ -298,10 +307,9 @@ class PagedCache:
         self._check_room(count)
         table.attach(self.store)
         self.store.fit(table.n + count)
-        at = np.empty(2 * count, dtype=np.int64)
-        at[:count] = table.row
-        at[count:] = np.arange(table.n, table.n + count)
-        self._take_into(count, at)
+        self.available -= count
+        _take_span(count, self._meta, self._st, self._ikeys, self._ipages, self._out, self.store.pages,
+                   self.store.tags, table.row, table.n)
         table.n += count
 
     def allocate_each(self, tables: list[BlockTable]) -> None:
@@ -315,18 +323,14 @@ class PagedCache:
             cols.append(table.n)
             table.n += 1
         store.fit(max(cols) + 1)
-        self._take_into(len(tables), np.array(rows + cols, dtype=np.int64))
+        self.available -= len(tables)
+        _take_into(len(tables), self._meta, self._st, self._ikeys, self._ipages, self._out, store.pages, store.tags,
+                   np.array(rows + cols, dtype=np.int64))
 
     def _check_room(self, count: int) -> None:
+        """Raise before anything changes if free plus evictable pages cannot cover `count`."""
         if count > self.available:
             raise OutOfPages
-
-    def _take_into(self, count: int, at: np.ndarray) -> None:
-        """`count` fresh pages, now held once — free pages first, then the oldest cached prefixes are evicted —
-        written with their new tags to the store's entries at (at[:count], at[count:])."""
-        self.available -= count
-        _take_into(count, self._meta, self._st, self._ikeys, self._ipages, self._out, self.store.pages,
-                   self.store.tags, at)
 
     def match_prefix(self, keys: np.ndarray) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
