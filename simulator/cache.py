@@ -23,19 +23,21 @@ PageKey = int
 
 
 class TableStore:
-    """Every block table of one cache as a row of two 2-D arrays, page ids and generation tags.
+    """Every block table of one cache as a row of two 2-D arrays, page ids and generation tags, and each row's
+    length.
 
-    It is the layout a GPU's batched integrity check reads (`block_tables[batch, max_pages]`), and it makes
-    the check over a whole decode batch one gather and compare instead of a concatenation of every table.
-    A table holds a row only while it holds pages, so rows stay few; columns grow to the longest table.
-    Entries past a table's length hold the cache's null page with tag 0, which the check passes without a
-    mask: the null page's tag is always 0 and no live entry records 0 (tags start at 1).
+    It is the layout a GPU's batched integrity check reads (`block_tables[batch, max_pages]` and the lengths),
+    and it lets the check over a whole decode batch and a decode step's growth each be one compiled call over
+    the batch's rows. A table holds a row only while it holds pages, so rows stay few; columns grow to the
+    longest table. Entries past a table's length hold the cache's null page with tag 0 (tag 0 for ever, and no
+    live entry records 0: tags start at 1).
     """
 
     def __init__(self, null_page: int, rows: int = 64, width: int = 64) -> None:
         self.null_page = null_page
         self.pages = np.full((rows, width), null_page, dtype=np.int64)
         self.tags = np.zeros((rows, width), dtype=np.int64)
+        self.lens = np.zeros(rows, dtype=np.int64)  # live entries of the table in each row
         self._free_rows = list(range(rows - 1, -1, -1))
 
     def take_row(self) -> int:
@@ -45,10 +47,12 @@ class TableStore:
             self._free_rows = list(range(2 * rows - 1, rows - 1, -1))
         return self._free_rows.pop()
 
-    def give_row(self, row: int, n: int) -> None:
-        """A table of n entries gave its row back: pad it again."""
+    def give_row(self, row: int) -> None:
+        """A table gave its row back: pad it again."""
+        n = self.lens[row]
         self.pages[row, :n] = self.null_page
         self.tags[row, :n] = 0
+        self.lens[row] = 0
         self._free_rows.append(row)
 
     def fit(self, width: int) -> None:
@@ -62,6 +66,7 @@ class TableStore:
             new = np.full((rows, width), pad, dtype=np.int64)
             new[: old.shape[0], : old.shape[1]] = old
             setattr(self, name, new)
+        self.lens = np.concatenate((self.lens, np.zeros(rows - len(self.lens), dtype=np.int64)))
 
 
 _NO_PAGES = np.zeros(0, dtype=np.int64)
@@ -76,12 +81,16 @@ class BlockTable:
     allocation, which may move the store.
     """
 
-    __slots__ = ("store", "row", "n")
+    __slots__ = ("store", "row")
 
     def __init__(self) -> None:
         self.store: TableStore | None = None
         self.row = -1
-        self.n = 0
+
+    @property
+    def n(self) -> int:
+        """Pages in the table."""
+        return 0 if self.store is None else int(self.store.lens[self.row])
 
     @property
     def pages(self) -> np.ndarray:
@@ -99,16 +108,17 @@ class BlockTable:
     def detach(self) -> None:
         """The table released its pages: its row goes back to the store."""
         if self.store is not None:
-            self.store.give_row(self.row, self.n)
-        self.store, self.row, self.n = None, -1, 0
+            self.store.give_row(self.row)
+        self.store, self.row = None, -1
 
     def extend(self, pages: np.ndarray, tags: np.ndarray) -> None:
         assert self.store is not None
-        end = self.n + len(pages)
+        n = self.n
+        end = n + len(pages)
         self.store.fit(end)
-        self.store.pages[self.row, self.n : end] = pages
-        self.store.tags[self.row, self.n : end] = tags
-        self.n = end
+        self.store.pages[self.row, n:end] = pages
+        self.store.tags[self.row, n:end] = tags
+        self.store.lens[self.row] = end
 
     def live_pages(self) -> np.ndarray:
         return self.pages[: self.n]
@@ -166,22 +176,36 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipage
 
 
 @njit(cache=True)
-def _take_into(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
-               out: np.ndarray, pages: np.ndarray, tags: np.ndarray, at: np.ndarray) -> None:
-    """`_take`, the i-th page and its tag written straight to table entry (at[i], at[count + i]) of a store."""
-    _take(count, meta, st, ikeys, ipages, out)
-    for i in range(count):
-        pages[at[i], at[count + i]] = out[0, i]
-        tags[at[i], at[count + i]] = out[1, i]
+def _take_rows(meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray, out: np.ndarray,
+               pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> int:
+    """One fresh page (`_take`) appended to the table in each listed row, in order (a row listed twice gets
+    two). Returns 0, or — having changed nothing — the width the store needs first."""
+    width = 0
+    for r in rows:
+        lens[r] += 1
+        width = max(width, lens[r])
+    for r in rows:
+        lens[r] -= 1
+    if width > pages.shape[1]:
+        return width
+    _take(len(rows), meta, st, ikeys, ipages, out)
+    for i in range(len(rows)):
+        r = rows[i]
+        pages[r, lens[r]] = out[0, i]
+        tags[r, lens[r]] = out[1, i]
+        lens[r] += 1
+    return 0
 
 
 @njit(cache=True)
 def _take_span(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
-               out: np.ndarray, pages: np.ndarray, tags: np.ndarray, row: int, col: int) -> None:
-    """`_take`, the pages and their tags written to entries col, col + 1, … of one row of a store."""
+               out: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, row: int) -> None:
+    """`count` fresh pages (`_take`) appended to the table in one row; the store has room."""
     _take(count, meta, st, ikeys, ipages, out)
+    col = lens[row]
     pages[row, col : col + count] = out[0, :count]
     tags[row, col : col + count] = out[1, :count]
+    lens[row] = col + count
 
 
 @njit(cache=True)
@@ -306,26 +330,28 @@ class PagedCache:
         """Append `count` fresh pages to a table, each recorded with its new generation tag."""
         self._check_room(count)
         table.attach(self.store)
-        self.store.fit(table.n + count)
+        store = self.store
+        store.fit(table.n + count)
         self.available -= count
-        _take_span(count, self._meta, self._st, self._ikeys, self._ipages, self._out, self.store.pages,
-                   self.store.tags, table.row, table.n)
-        table.n += count
+        _take_span(count, self._meta, self._st, self._ikeys, self._ipages, self._out, store.pages, store.tags,
+                   store.lens, table.row)
 
     def allocate_each(self, tables: list[BlockTable]) -> None:
         """One fresh page to each table, in list order (a decode step's growth; a table listed twice gets two)."""
         self._check_room(len(tables))
-        store, rows, cols = self.store, [], []
-        for table in tables:
-            if table.store is None:
+        store = self.store
+        rows = [t.row for t in tables]
+        if -1 in rows:  # a table without pages yet gets its row first
+            for table in tables:
                 table.attach(store)
-            rows.append(table.row)
-            cols.append(table.n)
-            table.n += 1
-        store.fit(max(cols) + 1)
+            rows = [t.row for t in tables]
         self.available -= len(tables)
-        _take_into(len(tables), self._meta, self._st, self._ikeys, self._ipages, self._out, store.pages, store.tags,
-                   np.array(rows + cols, dtype=np.int64))
+        args = (self._meta, self._st, self._ikeys, self._ipages, self._out)
+        at = np.array(rows, dtype=np.int64)
+        width = _take_rows(*args, store.pages, store.tags, store.lens, at)
+        if width:  # the store grows first; nothing was taken
+            store.fit(width)
+            _take_rows(*args, store.pages, store.tags, store.lens, at)
 
     def _check_room(self, count: int) -> None:
         """Raise before anything changes if free plus evictable pages cannot cover `count`."""

@@ -24,47 +24,54 @@ class Violation:
 
 
 @njit(cache=True, nogil=True)
-def _first_bad(pages: np.ndarray, recorded: np.ndarray, tag: np.ndarray, rows: np.ndarray, ns: np.ndarray,
-               num_pages: int) -> np.ndarray:
-    """(batch index, slot) of the first bad entry of every table that has one, in batch order.
+def _first_bad(pages: np.ndarray, recorded: np.ndarray, lens: np.ndarray, tag: np.ndarray, rows: np.ndarray,
+               num_pages: int, out: np.ndarray) -> tuple[int, int]:
+    """Into `out`, (batch index, slot) of the first bad entry of every table that has one, in batch order;
+    returns how many tables are bad and how many entries were checked.
 
     The CPU twin of the GPU check kernel: it walks only the live entries of each table's row. An id that is
     negative or past the last page is bad without being used as an index, so it can never read a real page's
     tag and pass."""
-    out = np.empty((len(rows), 2), dtype=np.int64)
-    k = 0
+    k = total = 0
     for i in range(len(rows)):
         r = rows[i]
-        for j in range(ns[i]):
+        if r < 0:  # a table without pages has no row
+            continue
+        total += lens[r]
+        for j in range(lens[r]):
             p = pages[r, j]
             if p < 0 or p >= num_pages or tag[p] != recorded[r, j]:
                 out[k, 0] = i
                 out[k, 1] = j
                 k += 1
                 break
-    return out[:k]
+    return k, total
 
 
-def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
-    """Batched check of tables held in `cache`; returns the violations and the number of page entries checked."""
+def check_tables(tables: Sequence[BlockTable], cache: PagedCache,
+                 rows: np.ndarray | None = None) -> tuple[list[Violation], int]:
+    """Batched check of tables held in `cache` (`rows`: their store rows, if the caller keeps them); returns the
+    violations and the number of page entries checked."""
     if not tables:
         return [], 0
-    ns = [t.n for t in tables]
     store = cache.store
-    bad = _first_bad(store.pages, store.tags, cache.tag, np.array([t.row for t in tables], dtype=np.int64),
-                     np.array(ns, dtype=np.int64), cache.num_pages)
-    out = []
-    for i, slot in bad.tolist():
-        valid = 0 <= store.pages[tables[i].row, slot] < cache.num_pages
-        out.append(Violation(i, slot, "tag_mismatch" if valid else "invalid_page"))
-    return out, sum(ns)
+    if rows is None:
+        rows = np.array([t.row for t in tables], dtype=np.int64)
+    out = np.empty((len(rows), 2), dtype=np.int64)
+    k, total = _first_bad(store.pages, store.tags, store.lens, cache.tag, rows, cache.num_pages, out)
+    violations = []
+    for i, slot in out[:k].tolist():
+        valid = 0 <= store.pages[rows[i], slot] < cache.num_pages
+        violations.append(Violation(i, slot, "tag_mismatch" if valid else "invalid_page"))
+    return violations, total
 
 
 class CheckingTracker:
     enabled = True
 
-    def check(self, tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
-        return check_tables(tables, cache)
+    def check(self, tables: Sequence[BlockTable], cache: PagedCache,
+              rows: np.ndarray | None = None) -> tuple[list[Violation], int]:
+        return check_tables(tables, cache, rows)
 
 
 class NoopTracker:
@@ -72,7 +79,8 @@ class NoopTracker:
 
     enabled = False
 
-    def check(self, tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
+    def check(self, tables: Sequence[BlockTable], cache: PagedCache,
+              rows: np.ndarray | None = None) -> tuple[list[Violation], int]:
         return [], 0
 
 

@@ -176,6 +176,7 @@ class Scheduler:
         self.steps = 0  # decode steps applied here: batch sequences' progress is counted from it
         self._decode: list[Seq] = []
         self._decode_tables: list[BlockTable] = []
+        self._decode_rows = np.zeros(0, dtype=np.int64)  # their rows in the cache's table store
         self._decode_dirty = False
         # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join); the sequences that
         # need a new page at step counts ≡ c (mod page_size), in batch order; the earliest step count at which
@@ -244,7 +245,7 @@ class Scheduler:
                 plan.per_offset = np.array(plan.need, dtype=np.int64)
                 plan.at = at
                 plan.ctx0 = self._ctx_base + len(plan.decode) * at
-                plan.pages0 = sum(t.n for t in self._decode_tables)
+                plan.pages0 = int(np.add.reduce(self.cache.store.lens[self._decode_rows]))
                 break
             self._preempt_newest()
         budget = self.max_batch_tokens - len(plan.decode)
@@ -367,6 +368,9 @@ class Scheduler:
         if self._decode_dirty:
             self._decode = [s for s in self.running if s.status == "decode"]
             self._decode_tables = [s.table for s in self._decode]
+            rows = [t.row for t in self._decode_tables]
+            assert -1 not in rows, "a decode sequence without pages"
+            self._decode_rows = np.array(rows, dtype=np.int64)
             self._decode_dirty = False
             ps, at = self.cache.page_size, self.steps
             for seq in self._decode:
@@ -447,7 +451,7 @@ class Scheduler:
                     seq.fault = self.injector.inject(seq.table, self.cache, self._decode_tables)
                     seq.fault_in = -1
                     self._first_fault = None
-        violations, _ = self.tracker.check(self._decode_tables, self.cache)
+        violations, _ = self.tracker.check(self._decode_tables, self.cache, self._decode_rows)
         for v in violations:
             seq = batch[v.index]
             if seq.fault is None:

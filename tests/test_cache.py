@@ -168,3 +168,16 @@ def test_table_store_grows_rows_and_columns_without_losing_entries() -> None:
         assert (cache.store.pages[row] == cache.num_pages).all() and (cache.store.tags[row] == 0).all()
     live = tables[1::2]
     assert check_tables(live, cache)[0] == [] and len({t.row for t in live}) == len(live)
+
+
+def test_growth_past_a_full_row_widens_the_store_first() -> None:
+    """A table whose row is full gets its next pages only after the store widens, and loses nothing."""
+    cache = PagedCache(num_pages=200, page_size=16, prefix_caching=False)
+    t, u = BlockTable(), BlockTable()
+    cache.allocate(t, cache.store.pages.shape[1])  # exactly one row's width
+    cache.allocate(u, 3)
+    before = t.live_pages().tolist()
+    cache.allocate_each([t, u, t])
+    assert t.n == len(before) + 2 and t.live_pages().tolist()[: len(before)] == before and u.n == 4
+    assert len(set(t.live_pages().tolist()) | set(u.live_pages().tolist())) == t.n + u.n
+    assert cache.available == 200 - t.n - u.n
