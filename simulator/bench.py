@@ -45,7 +45,7 @@ def scenario(hours: float, rate: float, sets: tuple[str, ...] = ()) -> Scenario:
     return loader.validate(data, "bench-sim", overridden=frozenset(overrides))
 
 
-def bench(hours: float, rate: float, baseline_s: float = 5.0, sets: tuple[str, ...] = ()) -> Iterator[str]:
+def bench(hours: float, rate: float, baseline_s: float = 2.0, sets: tuple[str, ...] = ()) -> Iterator[str]:
     sc = scenario(hours, rate, sets)
     t0 = time.perf_counter()
     result, sim = simulate(sc)
