@@ -22,6 +22,14 @@ from simulator.traces import chain
 PageKey = int
 
 
+@njit(cache=True)
+def _rows_total(lens: np.ndarray, rows: np.ndarray) -> int:
+    total = 0
+    for r in rows:
+        total += lens[r]
+    return total
+
+
 class TableStore:
     """Every block table of one cache as a row of two 2-D arrays, page ids and generation tags, and each row's
     length.
@@ -54,6 +62,10 @@ class TableStore:
         self.tags[row, :n] = 0
         self.lens[row] = 0
         self._free_rows.append(row)
+
+    def held(self, rows: np.ndarray) -> int:
+        """Entries of the tables in these rows (a decode batch's pages, once per plan)."""
+        return _rows_total(self.lens, rows)
 
     def fit(self, width: int) -> None:
         """Make room for tables of `width` pages."""

@@ -245,7 +245,7 @@ class Scheduler:
                 plan.per_offset = np.array(plan.need, dtype=np.int64)
                 plan.at = at
                 plan.ctx0 = self._ctx_base + len(plan.decode) * at
-                plan.pages0 = int(np.add.reduce(self.cache.store.lens[self._decode_rows]))
+                plan.pages0 = self.cache.store.held(self._decode_rows)
                 break
             self._preempt_newest()
         budget = self.max_batch_tokens - len(plan.decode)
