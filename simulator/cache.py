@@ -15,7 +15,6 @@ import numpy as np
 from numba import njit
 
 from simulator import prefix_index as px
-from simulator.traces import chain
 
 # A page's prefix identity: the chained hash of the block holding its last token, chained once more with its
 # end offset in that block when pages are smaller than blocks (63 bits either way, so it fits an int64).
@@ -61,6 +60,10 @@ class TableStore:
         self.pages[row, :n] = self.null_page
         self.tags[row, :n] = 0
         self.lens[row] = 0
+        self._free_rows.append(row)
+
+    def reuse_row(self, row: int) -> None:
+        """A row that is padded already (by a compiled release) can be taken again."""
         self._free_rows.append(row)
 
     def held(self, rows: np.ndarray) -> int:
@@ -249,6 +252,19 @@ def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
 
 
 @njit(cache=True)
+def _release_row(meta: np.ndarray, st: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray,
+                 row: int) -> int:
+    """`_release` of the pages of the table in one row of a store, and the row padded again."""
+    n = lens[row]
+    freed = _release(pages[row, :n], meta, st)
+    if freed >= 0:
+        pages[row, :n] = st.shape[1] - 1  # the null page
+        tags[row, :n] = 0
+        lens[row] = 0
+    return freed
+
+
+@njit(cache=True)
 def _match(keys: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> int:
     n = 0
     while n < len(keys) and px.lookup(ikeys, ipages, keys[n]) != px.EMPTY:
@@ -405,13 +421,19 @@ class PagedCache:
         `skip` names table slots the sequence no longer owns (a stale mapping found by the integrity check):
         releasing those would free another sequence's page.
         """
-        pages = table.live_pages()
+        if table.store is None:
+            return
         if skip:
-            pages = np.delete(pages, sorted(skip))
-        freed = _release(pages, self._meta, self._st)
+            freed = _release(np.delete(table.live_pages(), sorted(skip)), self._meta, self._st)
+            table.detach()
+        else:
+            store = table.store
+            freed = _release_row(self._meta, self._st, store.pages, store.tags, store.lens, table.row)
+            if freed >= 0:
+                store.reuse_row(table.row)
+                table.store, table.row = None, -1
         assert freed >= 0, "released a page id out of range or a page nobody holds"
         self.available += freed
-        table.detach()
 
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""
@@ -445,19 +467,33 @@ class PagedCache:
         return out
 
 
-_OFFSET_SALT = 0x2545F4914F6CDD1D  # keeps a page's key apart from any block hash
+@njit(cache=True)
+def _mix(x: int) -> int:
+    """splitmix64's finaliser in wrapping int64 arithmetic (shifts made logical by masking)."""
+    x = (x ^ ((x >> 30) & 0x3FFFFFFFF)) * -4658895280553007687  # 0xBF58476D1CE4E5B9
+    x = (x ^ ((x >> 27) & 0x1FFFFFFFFF)) * -7723592293110705685  # 0x94D049BB133111EB
+    return x ^ ((x >> 31) & 0x1FFFFFFFF)
+
+
+@njit(cache=True)
+def _sub_block_keys(blocks: np.ndarray, block_tokens: int, page_size: int, n: int) -> np.ndarray:
+    keys = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        end = (i + 1) * page_size
+        block = blocks[(end - 1) // block_tokens]
+        keys[i] = _mix(block ^ _mix(end % block_tokens + 1)) & 0x7FFFFFFFFFFFFFFF  # 63 bits, like block hashes
+    return keys
 
 
 def page_keys(blocks: tuple[int, ...], block_tokens: int, page_size: int, tokens: int) -> np.ndarray:
     """Keys of the full pages among a prompt's first `tokens` tokens that lie inside known blocks.
 
-    A page's key is the chained hash of the block holding its last token, chained with its end offset in that
+    A page's key is the chained hash of the block holding its last token, mixed with its end offset in that
     block, so two pages share a key only when everything from the start of the sequence up to that block is
-    identical (and the offset is too). When pages and blocks are one size the block's hash is the key.
+    identical (and the offset is too), up to a 2^-63 chance per pair. When pages and blocks are one size the
+    block's hash is the key.
     """
     n = min(tokens, len(blocks) * block_tokens) // page_size
     if block_tokens == page_size:
         return np.array(blocks[:n], dtype=np.int64)
-    ends = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(page_size)
-    held = np.array(blocks, dtype=np.uint64)[((ends - np.uint64(1)) // np.uint64(block_tokens)).astype(np.int64)]
-    return chain(held, (ends % np.uint64(block_tokens)) ^ np.uint64(_OFFSET_SALT)).astype(np.int64)
+    return _sub_block_keys(np.array(blocks, dtype=np.int64), block_tokens, page_size, n)
