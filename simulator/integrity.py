@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from simulator.cache import BlockTable, PagedCache
+from simulator.cache import PagedCache
+from simulator.tables import BlockTable
 
 
 @dataclass(frozen=True)

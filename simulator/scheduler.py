@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.cache import BlockTable, OutOfPages, PagedCache, page_keys
+from simulator.cache import OutOfPages, PagedCache, page_keys
 from simulator.integrity import CheckingTracker, Fault, FaultInjector, NoopTracker, release_after_fault
 from simulator.request import Request
+from simulator.tables import BlockTable
 
 
 def _progress(attr: str, sign: int, doc: str) -> property:

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from simulator.cache import BlockTable, OutOfPages, PagedCache, page_keys
+from simulator.cache import OutOfPages, PagedCache, page_keys
+from simulator.tables import BlockTable
 
 PAGE = 4
 

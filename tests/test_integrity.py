@@ -8,10 +8,11 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from simulator.cache import BlockTable, PagedCache
+from simulator.cache import PagedCache
 from simulator.integrity import CheckingTracker, FaultInjector, NoopTracker, check_tables, release_after_fault
 from simulator.request import Request
 from simulator.scheduler import Scheduler
+from simulator.tables import BlockTable
 
 
 def _reads_are_safe(tables: list[BlockTable], cache: PagedCache) -> bool:
