@@ -105,16 +105,19 @@ def _take_span(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, 
 
 @njit(cache=True)
 def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
-    """Drop one reference to each page; a page nobody holds any more is cached (newest in the LRU) if it has a
-    key, else freed. Returns the pages that became available, or -1 if a page id or refcount is wrong (then
-    nothing changed)."""
+    """Drop one reference to each page (a table never lists a page twice); a page nobody holds any more is
+    cached (newest in the LRU) if it has a key, else freed. Returns the pages that became available, or -1 if
+    a page id is out of range or a refcount would go below zero (then nothing changed)."""
     head = st.shape[1] - 1
-    for p in pages:
+    for i in range(len(pages)):
+        p = pages[i]
         if p < 0 or p >= head or st[REF, p] <= 0:
+            for j in range(i):  # undo
+                st[REF, pages[j]] += 1
             return -1
+        st[REF, p] -= 1
     freed = 0
     for p in pages:  # in table order, so the LRU evicts a prefix's start first
-        st[REF, p] -= 1
         if st[REF, p]:
             continue
         freed += 1

@@ -182,3 +182,16 @@ def test_growth_past_a_full_row_widens_the_store_first() -> None:
     assert t.n == len(before) + 2 and t.live_pages().tolist()[: len(before)] == before and u.n == 4
     assert len(set(t.live_pages().tolist()) | set(u.live_pages().tolist())) == t.n + u.n
     assert cache.available == 200 - t.n - u.n
+
+
+def test_a_release_of_a_page_nobody_holds_fails_and_changes_nothing() -> None:
+    cache = PagedCache(num_pages=8, page_size=4, prefix_caching=False)
+    a, b = BlockTable(), BlockTable()
+    cache.allocate(a, 3)
+    cache.allocate(b, 2)
+    b.pages[1] = a.pages[0]  # b's second entry names a's first page (a bookkeeping bug)
+    cache.release(a)
+    refcount, free = cache.refcount.copy(), cache.free_pages()
+    with pytest.raises(AssertionError, match="nobody holds"):
+        cache.release(b)  # its first page is held, its second is free: nothing may change
+    assert (cache.refcount == refcount).all() and cache.free_pages() == free and b.n == 2
