@@ -123,8 +123,7 @@ class Instance:
 
     # -- what routing reads --------------------------------------------------------------------------
     def queued_tokens(self) -> int:
-        waiting = sum(s.target - s.computed for s in self.sched.waiting)
-        return waiting + sum(s.target - s.computed for s in self.sched.running if s.status == "prefill")
+        return self.sched.queued_tokens()
 
     def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:
         """A prefilled request waits here (FCFS) for room to start its KV transfer."""
@@ -149,22 +148,22 @@ class Instance:
         return int(g[k - 1]) - (int(g[plan.booked - 1]) if plan.booked else 0)
 
     def used_pages(self, t: float) -> int:
-        """Pages held at time t, the run's steps started by then included (read-only: routing reads every
-        instance for every request, so this is one flat method, and must not cut or book anything)."""
+        """Pages held at time t, the run's steps started by then included (read-only: must not cut or book)."""
+        return self.kv_load(t) - self._pending_pages
+
+    def kv_load(self, t: float) -> int:
+        """What least-KV routing compares: pages held at time t (`used_pages`) plus pages of transfers waiting to
+        start. Routing reads every instance for every request, so this is one flat method."""
         cache = self.cache
-        used = cache.num_pages - cache.available
+        load = cache.num_pages - cache.available + self._pending_pages
         plan = self._run_plan
         if plan is None or not plan.decode:
-            return used
+            return load
         ends, g, b = self._run_ends, self._run_growth, plan.booked
         k = min(len(ends), bisect_left(ends, t) + 1)  # = self._started(t)
         if k <= b or g is None:
-            return used
-        return used + int(g[k - 1]) - (int(g[b - 1]) if b else 0)  # = used + self._unbooked(k)
-
-    def kv_load(self, t: float) -> int:
-        """What least-KV routing compares: pages held at time t plus pages of transfers waiting to start."""
-        return self.used_pages(t) + self._pending_pages
+            return load
+        return load + int(g[k - 1]) - (int(g[b - 1]) if b else 0)  # + self._unbooked(k)
 
     def settle(self, t: float) -> None:
         """Book the pages of the run's steps that started by time t, before anything else touches the cache."""

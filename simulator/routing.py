@@ -7,6 +7,7 @@ least queued work; decode instances by the named policy. Ties break on the lowes
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import methodcaller
 from typing import Protocol
 
 from simulator.request import Request
@@ -53,7 +54,7 @@ class Router:
             return pool[slot]
         if self.policy in ("prefix_aware", "session_affinity"):
             return min(pool, key=lambda i: (-_prefix_pages(i, req), i.queued_tokens(), i.index))
-        return _least(pool, lambda i: i.queued_tokens())
+        return _least(pool, methodcaller("queued_tokens"))
 
     def decode(self, pool: Sequence[Routable], req: Request, t: float) -> Routable:
         """The decode instance for `req` at time t (load is read as of t, also mid-run)."""
@@ -65,4 +66,4 @@ class Router:
             return pool[slot]
         if self.policy == "prefix_aware":
             return min(pool, key=lambda i: (-_prefix_pages(i, req), i.used_pages(t), i.index))
-        return _least(pool, lambda i: i.kv_load(t))
+        return _least(pool, methodcaller("kv_load", t))

@@ -203,6 +203,12 @@ class Scheduler:
         seq.status = "waiting"
         self.waiting.append(seq)
 
+    def queued_tokens(self) -> int:
+        """Prompt tokens still to prefill here, queued or in progress (prefill routing reads it per request).
+        Outside the decode batch a sequence's stored progress is current, so it is read without the property."""
+        queued = sum(s.target - s._computed for s in self.waiting)
+        return queued + sum(s.target - s._computed for s in self.running if s.status == "prefill")
+
     def can_take_kv(self, seq: Seq) -> bool:
         """Disaggregated decode: can this instance hold the transferred prompt plus growth room now?"""
         cost = self.cache.admission_cost(seq.keys, self._pages(seq.target))
