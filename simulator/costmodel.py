@@ -58,10 +58,25 @@ LINE_BLOCK = 1024  # counts a line is priced for at once
 
 @dataclass
 class Usage:
-    """Seconds of step time priced from each source, and how many op pricings fell back, by family."""
+    """Seconds of step time priced from each source, and how many op pricings fell back, by family.
+
+    A decode run books its step count against its plan, whose per-step fallback counts are multiplied out when
+    the counts are read: ~140,000 runs an hour would otherwise each update a counter per op family."""
 
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, 0.0))
-    fallback_ops: Counter[str] = field(default_factory=Counter)
+    _ops: Counter[str] = field(default_factory=Counter)
+    _steps: Counter[_DecodePlan] = field(default_factory=Counter)  # decode steps booked, by plan
+
+    @property
+    def fallback_ops(self) -> Counter[str]:
+        for plan, steps in self._steps.items():
+            for fam, k in plan.fallbacks:
+                self._ops[fam] += k * steps
+        self._steps.clear()
+        return self._ops
+
+    def book_steps(self, plan: _DecodePlan, steps: int) -> None:
+        self._steps[plan] += steps
 
     def merge(self, other: Usage) -> None:
         for k, v in other.seconds.items():
@@ -115,22 +130,24 @@ class _Varying:
 
 @njit(cache=True)
 def _line_run(a: float, b: float, c: float, ctx0: int, batch: int, pages0: int, growth: np.ndarray,
-              clock: float) -> tuple[np.ndarray, np.ndarray]:
-    """Microseconds and end times of a run of decode steps whose varying parts are all on one roofline line:
-    step i reads `ctx0 + batch·(i+1)` tokens and `pages0 + growth[i]` pages. The same arithmetic, in the same
-    order, as `_DecodePlan.price` and a clock that adds one step at a time, fused into one pass (a run is
-    priced ~140,000 times in an hour of fleet traffic)."""
-    us = np.empty(len(growth))
-    ends = np.empty(len(growth))
+              clock: float) -> np.ndarray:
+    """Microseconds, end times and running microseconds of a run of decode steps whose varying parts are all on
+    one roofline line (rows 0, 1, 2): step i reads `ctx0 + batch·(i+1)` tokens and `pages0 + growth[i]` pages.
+    The same arithmetic, in the same order, as `_DecodePlan.price` and a clock that adds one step at a time,
+    fused into one pass (a run is priced ~140,000 times in an hour of fleet traffic)."""
+    out = np.empty((3, len(growth)))
     t = clock
+    total = 0.0
     for i in range(len(growth)):
         u = a + b * (ctx0 + batch * (i + 1))
         if c != 0.0:
             u = u + c * (pages0 + growth[i])
-        us[i] = u
+        out[0, i] = u
         t = t + u * 1e-6
-        ends[i] = t
-    return us, ends
+        out[1, i] = t
+        total = total + u
+        out[2, i] = total
+    return out
 
 
 class _DecodePlan:
@@ -152,7 +169,7 @@ class _DecodePlan:
         self.a = fixed.us + sum(v.count * (v.mem0 + v.floor) for v in lines)
         self.b = sum(v.count * v.mem1 for v in lines if v.key == "context") / max(batch, 1)
         self.c = sum(v.count * v.mem1 for v in lines if v.key == "pages")
-        self.fallbacks = list((fixed.fallbacks + Counter({v.family: v.count for v in lines})).items())
+        self.fallbacks = tuple((fixed.fallbacks + Counter({v.family: v.count for v in lines})).items())
         self.by_source = [(src, us * 1e-6) for src, us in fixed.by_source.items() if us]
 
     def price(self, ctx_total: np.ndarray, pages: np.ndarray) -> DecodeSteps:
@@ -161,7 +178,7 @@ class _DecodePlan:
         if self.c:
             us += self.c * pages
         if not self.parts:  # every varying part on one roofline line
-            return DecodeSteps(self, us, None, ())
+            return DecodeSteps(self, us, None, (), np.add.accumulate(us))
         # With a profile table among the parts, the roofline's share is tracked step by step.
         roof = np.full(len(us), self.a - self.fixed.us) + self.b * ctx_total + self.c * pages if self.tabled else None
         misses = []
@@ -182,7 +199,7 @@ class _DecodePlan:
                     roof[miss] += t[miss]
                     misses.append((v.family, miss, v.count))
             us += t
-        return DecodeSteps(self, us, roof, tuple(misses))
+        return DecodeSteps(self, us, roof, tuple(misses), np.add.accumulate(us))
 
 
 @dataclass(slots=True)
@@ -193,19 +210,22 @@ class DecodeSteps:
     us: np.ndarray  # microseconds of each step
     roof: np.ndarray | None  # the roofline's microseconds of each step's varying part; None: all of it
     misses: tuple[tuple[str, np.ndarray, int], ...]  # (family, steps its table missed, ops per step)
+    total: np.ndarray  # microseconds of the first i+1 steps, summed in step order
 
     def book(self, m: int, usage: Usage) -> None:
         """Book the first m steps' seconds by source and fallback op counts."""
         plan = self.plan
-        var_us = float(np.add.reduce(self.us[:m])) - plan.fixed.us * m  # (ufunc calls: no Python wrapper)
-        roof_us = var_us if self.roof is None else float(np.add.reduce(self.roof[:m]))
+        var_us = float(self.total[m - 1]) - plan.fixed.us * m
         seconds = usage.seconds
-        seconds["table"] += (var_us - roof_us) * 1e-6
-        seconds["fallback"] += roof_us * 1e-6
+        if self.roof is None:
+            seconds["fallback"] += var_us * 1e-6
+        else:
+            roof_us = float(np.add.reduce(self.roof[:m]))
+            seconds["table"] += (var_us - roof_us) * 1e-6
+            seconds["fallback"] += roof_us * 1e-6
         for src, fixed_s in plan.by_source:
             seconds[src] += fixed_s * m
-        for fam, k in plan.fallbacks:
-            usage.fallback_ops[fam] += k * m
+        usage.book_steps(plan, m)
         for fam, miss, k in self.misses:
             usage.fallback_ops[fam] += int(miss[:m].sum()) * k
 
@@ -311,8 +331,8 @@ class CostModel:
         it knows how many ran) and each step's end time."""
         plan = self._plan(batch)
         if not plan.parts:
-            us, ends = _line_run(plan.a, plan.b, plan.c, ctx0, batch, pages0, growth, clock)
-            return DecodeSteps(plan, us, None, ()), ends.tolist()
+            run = _line_run(plan.a, plan.b, plan.c, ctx0, batch, pages0, growth, clock)
+            return DecodeSteps(plan, run[0], None, (), run[2]), run[1].tolist()
         steps = plan.price(ctx0 + batch * np.arange(1, len(growth) + 1, dtype=np.int64), pages0 + growth)
         return steps, np.add.accumulate(np.concatenate(([clock], steps.us * 1e-6)))[1:].tolist()
 
