@@ -227,7 +227,7 @@ class DecodeSteps:
             seconds[src] += fixed_s * m
         usage.book_steps(plan, m)
         for fam, miss, k in self.misses:
-            usage.fallback_ops[fam] += int(miss[:m].sum()) * k
+            usage._ops[fam] += int(miss[:m].sum()) * k
 
 
 @dataclass
@@ -265,9 +265,10 @@ class _Line:
         seconds["table"] += self.table[x] * 1e-6
         seconds["fallback"] += self.fallback[x] * 1e-6
         seconds["collective"] += self.collective[x] * 1e-6
+        ops = usage._ops  # counted now: no pending plan steps to fold here
         for fam, k in self.fallbacks.items():
             if k[x]:
-                usage.fallback_ops[fam] += k[x]
+                ops[fam] += k[x]
         return self.us[x]
 
     def _fill(self, block: int) -> None:
@@ -302,8 +303,9 @@ class _Part:
         seconds["fallback"] += self.fallback * 1e-6
         if self.collective:
             seconds["collective"] += self.collective * 1e-6
+        ops = usage._ops
         for fam, k in self.fallbacks:
-            usage.fallback_ops[fam] += k
+            ops[fam] += k
         return self.us
 
 
@@ -428,7 +430,7 @@ class CostModel:
             if math.isnan(t):
                 t = float(v.roof(x))
                 usage.seconds["fallback"] += t * 1e-6
-                usage.fallback_ops[v.family] += v.count
+                usage._ops[v.family] += v.count
             else:
                 usage.seconds["table"] += t * 1e-6
             us += t
