@@ -68,18 +68,14 @@ class InstanceStats:
         return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
 
 
-def _first_of(env: simpy.Environment, *events: simpy.Event) -> simpy.Event:
-    """A lighter `a | b` for pending events: fires one hop after the first of them, as a Condition would (the
-    same event order, so the same timeline), without building a Condition's value."""
-    ready = env.event()
+_RUN_END = object()  # the value of a wake-up by the run's own timer
 
-    def fire(_: simpy.Event) -> None:
-        if not ready.triggered:
-            ready.succeed()
 
-    for ev in events:
-        ev.callbacks.append(fire)
-    return ready
+def _wake_at_end(env: simpy.Environment, wake: simpy.Event, delay: float) -> None:
+    """Fire `wake` (valued `_RUN_END`) after `delay` unless a notify fires it first, so a run waits on one
+    event: the end of the run one hop after its timer, a cut one hop after its cause (an `a | b` condition
+    took one hop more)."""
+    env.timeout(delay).callbacks.append(lambda _: wake.triggered or wake.succeed(_RUN_END))
 
 
 @contextmanager
@@ -232,8 +228,9 @@ class Instance:
                 yield env.timeout(max(0.0, ends[0] - env.now))
             else:
                 self.wake = env.event()
-                yield _first_of(env, env.timeout(max(0.0, ends[-1] - env.now)), self.wake)
-                if self.wake.triggered and self.wake_at < ends[-1]:
+                _wake_at_end(env, self.wake, max(0.0, ends[-1] - env.now))
+                yield self.wake
+                if self.wake.value is not _RUN_END and self.wake_at < ends[-1]:
                     m = min(n, bisect_left(ends, self.wake_at) + 1)
                     if ends[m - 1] > env.now:
                         yield env.timeout(ends[m - 1] - env.now)
