@@ -247,16 +247,12 @@ class PagedCache:
         _take_span(count, self._meta, self._st, self._ikeys, self._ipages, self._out, store.pages, store.tags,
                    store.lens, table.row)
 
-    def allocate_each(self, tables: list[BlockTable]) -> None:
-        """One fresh page to each table, in list order (a decode step's growth; a table listed twice gets two)."""
-        self._check_room(len(tables))
+    def allocate_rows(self, rows: list[int]) -> None:
+        """One fresh page appended to the table in each listed row of the store, in list order (a decode step's
+        growth; a row listed twice gets two). The tables hold pages already, so they have rows."""
+        self._check_room(len(rows))
         store = self.store
-        rows = [t.row for t in tables]
-        if -1 in rows:  # a table without pages yet gets its row first
-            for table in tables:
-                table.attach(store)
-            rows = [t.row for t in tables]
-        self.available -= len(tables)
+        self.available -= len(rows)
         args = (self._meta, self._st, self._ikeys, self._ipages, self._out)
         at = np.array(rows, dtype=np.int64)
         width = _take_rows(*args, store.pages, store.tags, store.lens, at)

@@ -12,7 +12,7 @@ decisions are the same because nothing a decision reads changes inside a run of 
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -184,6 +184,7 @@ class Scheduler:
         # one finishes or has a planned fault (None: to be recomputed).
         self._ctx_base = 0
         self._members: list[list[Seq]] = [[] for _ in range(cache.page_size)]
+        self._member_rows: list[list[int]] = [[] for _ in range(cache.page_size)]  # their tables' store rows
         self._first_end: int | None = None
         self._first_fault: int | None = None
         self.counters = Counters()
@@ -303,14 +304,14 @@ class Scheduler:
         plan.booked = k
         if not steps:
             return [], []
-        members, at = self._members, plan.at
-        tables: list[BlockTable] = []  # step by step, batch order within a step: as a one-step clock hands out
+        member_rows, at = self._member_rows, plan.at
+        rows: list[int] = []  # step by step, batch order within a step: as a one-step clock hands out
         counts: list[int] = []
         for step in steps:  # the step with count at + step: the sequences of that class
-            group = members[(at + step) % ps]
-            tables += [s.table for s in group]
+            group = member_rows[(at + step) % ps]
+            rows += group
             counts.append(len(group))
-        self.cache.allocate_each(tables)
+        self.cache.allocate_rows(rows)
         return steps, counts
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
@@ -361,7 +362,9 @@ class Scheduler:
             self._decode_dirty = True
             if seq._origin is not None:  # it leaves the batch
                 self._ctx_base -= seq._computed - seq._origin
-                self._members[(seq._origin - seq._computed) % self.cache.page_size].remove(seq)
+                c = (seq._origin - seq._computed) % self.cache.page_size
+                i = self._members[c].index(seq)
+                del self._members[c][i], self._member_rows[c][i]
                 if seq._origin + seq._remaining == self._first_end:
                     self._first_end = None
                 if seq._fault_in >= 0:
@@ -384,7 +387,10 @@ class Scheduler:
                 if seq._origin is None:
                     seq._origin = at
                     self._ctx_base += seq._computed - at
-                    insort(self._members[(at - seq._computed) % ps], seq, key=_admission_order)
+                    c = (at - seq._computed) % ps
+                    i = bisect_right(self._members[c], seq.order, key=_admission_order)
+                    self._members[c].insert(i, seq)
+                    self._member_rows[c].insert(i, seq.table.row)
                     if self._first_end is not None:
                         self._first_end = min(self._first_end, at + seq._remaining)
                     if seq._fault_in >= 0:
