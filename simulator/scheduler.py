@@ -246,7 +246,7 @@ class Scheduler:
                 break
             at = self.steps
             # need[s]: sequences needing a new page at the s-th coming step (step count at + s)
-            counts = [len(m) for m in self._members]
+            counts = list(map(len, self._members))
             r = at % ps
             plan.need = counts[r:] + counts[:r]
             if plan.need[0] <= self.cache.available:
