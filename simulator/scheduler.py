@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -103,6 +104,7 @@ class Plan:
     pages0: int = 0  # pages the batch holds before its first step
     per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
+    grown: np.ndarray | None = None  # running sum of `growth`: the pages the first s+1 steps read beyond pages0
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
     need: list[int] | None = None  # per_offset as a list (bookings read it item by item)
 
@@ -185,7 +187,8 @@ class Scheduler:
         self._ctx_base = 0
         self._members: list[list[Seq]] = [[] for _ in range(cache.page_size)]
         self._member_rows: list[list[int]] = [[] for _ in range(cache.page_size)]  # their tables' store rows
-        self._first_end: int | None = None
+        self._ending: dict[int, list[Seq]] = {}  # step count -> batch sequences whose output ends there
+        self._end_heap: list[int] = []  # those step counts (and some whose sequences left: skipped lazily)
         self._first_fault: int | None = None
         self.counters = Counters()
         self.aborted: list[Seq] = []
@@ -287,6 +290,7 @@ class Scheduler:
             ps = len(per_offset)
             cycle = per_offset[:n] if n <= ps else np.concatenate((per_offset,) * -(-n // ps))[:n]
             plan.growth = np.add.accumulate(cycle)
+            plan.grown = np.add.accumulate(plan.growth)
         return plan.growth[:n]
 
     def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
@@ -341,13 +345,18 @@ class Scheduler:
 
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
         if self.tracker.enabled:  # the pages read at each of the k steps
-            ev.checked_pages = k * plan.pages0 + int(np.add.reduce(self.growth(plan, k)))
+            self.growth(plan, k)
+            assert plan.grown is not None
+            ev.checked_pages = k * plan.pages0 + int(plan.grown[k - 1])
             self.counters.checked_pages += ev.checked_pages
         self.steps += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         self.book(plan, k)
         now = self.steps
         if self._end() <= now:
-            for seq in [s for s in plan.decode if s._origin + s._remaining <= now]:
+            done: list[Seq] = []
+            while self._end() <= now:
+                done += self._ending.pop(heappop(self._end_heap))
+            for seq in sorted(done, key=_admission_order):  # batch order
                 self._finish(seq, k - 1, ev)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -365,8 +374,11 @@ class Scheduler:
                 c = (seq._origin - seq._computed) % self.cache.page_size
                 i = self._members[c].index(seq)
                 del self._members[c][i], self._member_rows[c][i]
-                if seq._origin + seq._remaining == self._first_end:
-                    self._first_end = None
+                end = seq._origin + seq._remaining
+                if end in self._ending:  # (absent: it finished, and its step count was taken off)
+                    self._ending[end].remove(seq)
+                    if not self._ending[end]:
+                        del self._ending[end]
                 if seq._fault_in >= 0:
                     self._first_fault = None
                 seq._settle()
@@ -391,17 +403,22 @@ class Scheduler:
                     i = bisect_right(self._members[c], seq.order, key=_admission_order)
                     self._members[c].insert(i, seq)
                     self._member_rows[c].insert(i, seq.table.row)
-                    if self._first_end is not None:
-                        self._first_end = min(self._first_end, at + seq._remaining)
+                    end = at + seq._remaining
+                    if end in self._ending:
+                        self._ending[end].append(seq)
+                    else:
+                        self._ending[end] = [seq]
+                        heappush(self._end_heap, end)
                     if seq._fault_in >= 0:
                         self._first_fault = None
         return self._decode
 
     def _end(self) -> int:
         """The earliest step count at which a batch sequence has no output left."""
-        if self._first_end is None:
-            self._first_end = min((s._origin + s._remaining for s in self._decode), default=1 << 62)
-        return self._first_end
+        heap = self._end_heap
+        while heap and heap[0] not in self._ending:  # its sequences all left the batch
+            heappop(heap)
+        return heap[0] if heap else 1 << 62
 
     def _fault(self) -> int | None:
         """The earliest step count at which a batch sequence has a fault planned (faults are only planned
