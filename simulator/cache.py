@@ -184,10 +184,12 @@ def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarr
 
 
 @njit(cache=True)
-def _publish(pages: np.ndarray, keys: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> None:
-    """Key the leading pages: a page keeps its first key, a key its first page."""
-    for i in range(min(len(pages), len(keys))):
-        p, k = pages[i], keys[i]
+def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st: np.ndarray, ikeys: np.ndarray,
+             ipages: np.ndarray) -> None:
+    """Key the leading pages of the table in one row of a store: a page keeps its first key, a key its first
+    page."""
+    for i in range(min(lens[row], len(keys))):
+        p, k = pages[row, i], keys[i]
         if 0 <= p < st.shape[1] - 1 and not st[KEYED, p] and px.lookup(ikeys, ipages, k) == px.EMPTY:
             st[KEYED, p] = 1
             st[KEY, p] = k
@@ -291,8 +293,9 @@ class PagedCache:
 
     def publish(self, table: BlockTable, keys: np.ndarray) -> None:
         """Give the table's leading full pages their prefix keys so later sequences can reuse them."""
-        if self.prefix_caching and table.n:
-            _publish(table.live_pages(), keys, self._st, self._ikeys, self._ipages)
+        store = table.store
+        if self.prefix_caching and store is not None:
+            _publish(store.pages, store.lens, table.row, keys, self._st, self._ikeys, self._ipages)
 
     def release(self, table: BlockTable, skip: frozenset[int] = frozenset()) -> None:
         """Drop a sequence's references; keyed pages stay cached, others go back to the free list.

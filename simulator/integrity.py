@@ -49,15 +49,12 @@ def _first_bad(pages: np.ndarray, recorded: np.ndarray, lens: np.ndarray, tag: n
     return k, total
 
 
-def check_tables(tables: Sequence[BlockTable], cache: PagedCache,
-                 rows: np.ndarray | None = None) -> tuple[list[Violation], int]:
-    """Batched check of tables held in `cache` (`rows`: their store rows, if the caller keeps them); returns the
-    violations and the number of page entries checked."""
-    if not tables:
+def check_rows(rows: np.ndarray, cache: PagedCache) -> tuple[list[Violation], int]:
+    """Batched check of the tables in these rows of `cache`'s table store (a decode batch keeps its rows);
+    returns the violations, by position in `rows`, and the number of page entries checked."""
+    if not len(rows):
         return [], 0
     store = cache.store
-    if rows is None:
-        rows = np.array([t.row for t in tables], dtype=np.int64)
     out = np.empty((len(rows), 2), dtype=np.int64)
     k, total = _first_bad(store.pages, store.tags, store.lens, cache.tag, rows, cache.num_pages, out)
     violations = []
@@ -67,12 +64,16 @@ def check_tables(tables: Sequence[BlockTable], cache: PagedCache,
     return violations, total
 
 
+def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
+    """`check_rows` of these tables (a table without pages has no row, and passes)."""
+    return check_rows(np.array([t.row for t in tables], dtype=np.int64), cache)
+
+
 class CheckingTracker:
     enabled = True
 
-    def check(self, tables: Sequence[BlockTable], cache: PagedCache,
-              rows: np.ndarray | None = None) -> tuple[list[Violation], int]:
-        return check_tables(tables, cache, rows)
+    def check(self, rows: np.ndarray, cache: PagedCache) -> tuple[list[Violation], int]:
+        return check_rows(rows, cache)
 
 
 class NoopTracker:
@@ -80,8 +81,7 @@ class NoopTracker:
 
     enabled = False
 
-    def check(self, tables: Sequence[BlockTable], cache: PagedCache,
-              rows: np.ndarray | None = None) -> tuple[list[Violation], int]:
+    def check(self, rows: np.ndarray, cache: PagedCache) -> tuple[list[Violation], int]:
         return [], 0
 
 

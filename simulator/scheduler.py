@@ -178,8 +178,7 @@ class Scheduler:
         self.running: list[Seq] = []
         self.steps = 0  # decode steps applied here: batch sequences' progress is counted from it
         self._decode: list[Seq] = []
-        self._decode_tables: list[BlockTable] = []
-        self._decode_rows = np.zeros(0, dtype=np.int64)  # their rows in the cache's table store
+        self._decode_rows = np.zeros(0, dtype=np.int64)  # their tables' rows in the cache's table store
         self._decode_dirty = False
         # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join); the sequences that
         # need a new page at step counts ≡ c (mod page_size), in batch order; the earliest step count at which
@@ -389,8 +388,7 @@ class Scheduler:
         became ready mid-run (its transfer finished) joins here, at the step count the run ended on."""
         if self._decode_dirty:
             self._decode = [s for s in self.running if s.status == "decode"]
-            self._decode_tables = [s.table for s in self._decode]
-            rows = [t.row for t in self._decode_tables]
+            rows = [s.table.row for s in self._decode]
             assert -1 not in rows, "a decode sequence without pages"
             self._decode_rows = np.array(rows, dtype=np.int64)
             self._decode_dirty = False
@@ -478,10 +476,10 @@ class Scheduler:
         if self.injector is not None:
             for seq in batch:
                 if seq.fault_in == 0 and seq.fault is None:
-                    seq.fault = self.injector.inject(seq.table, self.cache, self._decode_tables)
+                    seq.fault = self.injector.inject(seq.table, self.cache, [s.table for s in batch])
                     seq.fault_in = -1
                     self._first_fault = None
-        violations, _ = self.tracker.check(self._decode_tables, self.cache, self._decode_rows)
+        violations, _ = self.tracker.check(self._decode_rows, self.cache)
         for v in violations:
             seq = batch[v.index]
             if seq.fault is None:

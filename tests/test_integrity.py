@@ -108,8 +108,9 @@ def test_noop_tracker_checks_nothing() -> None:
     t = BlockTable()
     cache.allocate(t, 2)
     t.pages[1] = 99
-    assert NoopTracker().check([t], cache) == ([], 0)
-    assert CheckingTracker().check([t], cache)[0]
+    rows = np.array([t.row])
+    assert NoopTracker().check(rows, cache) == ([], 0)
+    assert CheckingTracker().check(rows, cache)[0]
 
 
 class IntegrityMachine(RuleBasedStateMachine):
@@ -158,7 +159,7 @@ class IntegrityMachine(RuleBasedStateMachine):
     @rule()
     def check_then_step(self) -> None:
         ids = sorted(self.live)
-        violations, _ = self.tracker.check([self.live[i] for i in ids], self.cache)
+        violations, _ = self.tracker.check(np.array([self.live[i].row for i in ids], dtype=np.int64), self.cache)
         bad = {ids[v.index] for v in violations}
         assert bad <= set(self.faults), "false positive"
         for sid in bad:  # fail closed: abort those, release only what they own
