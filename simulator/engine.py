@@ -111,7 +111,8 @@ class Instance:
         self._run_plan: Plan | None = None
         self._run_start = 0.0
         self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
-        self._run_growth: np.ndarray | None = None  # the decode batch's cumulative new pages after each step
+        # the decode batch's cumulative new pages after each step, as ints: routing reads two per instance per request
+        self._run_growth: list[int] | None = None
         self.stats = InstanceStats()
         self.pending: deque[tuple[Seq, Seq, Instance]] = deque()  # decode: (seq here, seq on prefill, src)
         self._pending_pages = 0  # pages the pending transfers will hold (routing reads it per request)
@@ -141,7 +142,7 @@ class Instance:
         plan, g = self._run_plan, self._run_growth
         if plan is None or g is None or k <= plan.booked:
             return 0
-        return int(g[k - 1]) - (int(g[plan.booked - 1]) if plan.booked else 0)
+        return g[k - 1] - (g[plan.booked - 1] if plan.booked else 0)
 
     def used_pages(self, t: float) -> int:
         """Pages held at time t, the run's steps started by then included (read-only: must not cut or book)."""
@@ -159,7 +160,7 @@ class Instance:
         k = min(len(ends), bisect_left(ends, t) + 1)  # = self._started(t)
         if k <= b or g is None:
             return load
-        return load + int(g[k - 1]) - (int(g[b - 1]) if b else 0)  # + self._unbooked(k)
+        return load + g[k - 1] - (g[b - 1] if b else 0)  # + self._unbooked(k)
 
     def settle(self, t: float) -> None:
         """Book the pages of the run's steps that started by time t, before anything else touches the cache."""
@@ -220,7 +221,7 @@ class Instance:
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             ends, priced = self._price(plan, n)
             self._run_plan, self._run_ends, self._run_start = plan, ends, self.clock
-            self._run_growth = sched.growth(plan, n) if plan.decode else None
+            self._run_growth = sched.growth(plan, n).tolist() if plan.decode else None
             self._book_to(1)  # the first step starts now
             m = n
             if n == 1:  # nothing can cut a single step short: no wake-up to arm
