@@ -27,21 +27,22 @@ class OutOfPages(Exception):
 
 
 # -- compiled page bookkeeping ------------------------------------------------------------------------------
-# A cache's per-page state is one int64 matrix, a row per field, so a compiled call takes few arguments (each
-# costs at the boundary). Its cached pages form a doubly linked LRU list through rows NXT/PRV (the sentinel
-# at index num_pages: NXT is the oldest; -1: not listed); row FREE is a stack whose first `meta[N_FREE]`
-# entries are the free pages, the last one handed out first. Results come back in a caller's buffer: a
-# returned array costs more to hand over than these calls' work.
+# A cache's per-page state is one int64 matrix, a row per page and a column per field: a compiled call takes
+# few arguments (each costs at the boundary), and a page's fields share a cache line (evictions and releases
+# touch pages all over the cache). Its cached pages form a doubly linked LRU list through columns NXT/PRV (the
+# sentinel at row num_pages: NXT is the oldest; -1: not listed); column FREE is a stack whose first
+# `meta[N_FREE]` entries are the free pages, the last one handed out first. Results come back in a caller's
+# buffer: a returned array costs more to hand over than these calls' work.
 REF, TAG, NXT, PRV, KEY, KEYED, FREE = range(7)
 N_FREE, N_CACHED, NEXT_TAG = range(3)
 
 
 @njit(cache=True, inline="always")
 def _unlink(st: np.ndarray, p: int) -> None:
-    a, b = st[PRV, p], st[NXT, p]
-    st[NXT, a] = b
-    st[PRV, b] = a
-    st[NXT, p] = st[PRV, p] = -1
+    a, b = st[p, PRV], st[p, NXT]
+    st[a, NXT] = b
+    st[b, PRV] = a
+    st[p, NXT] = st[p, PRV] = -1
 
 
 @njit(cache=True)
@@ -52,22 +53,22 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipage
     k = 0
     while k < count and meta[N_FREE] > 0:
         meta[N_FREE] -= 1
-        out[0, k] = st[FREE, meta[N_FREE]]
+        out[0, k] = st[meta[N_FREE], FREE]
         k += 1
-    head = st.shape[1] - 1
+    head = st.shape[0] - 1
     while k < count:
-        p = st[NXT, head]
+        p = st[head, NXT]
         _unlink(st, p)
-        px.delete(ikeys, ipages, st[KEY, p])
-        st[KEYED, p] = 0
+        px.delete(ikeys, ipages, st[p, KEY])
+        st[p, KEYED] = 0
         meta[N_CACHED] -= 1
         out[0, k] = p
         k += 1
     for i in range(count):
         p = out[0, i]
-        out[1, i] = st[TAG, p] = meta[NEXT_TAG]
+        out[1, i] = st[p, TAG] = meta[NEXT_TAG]
         meta[NEXT_TAG] += 1
-        st[REF, p] = 1
+        st[p, REF] = 1
 
 
 @njit(cache=True)
@@ -108,28 +109,28 @@ def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
     """Drop one reference to each page (a table never lists a page twice); a page nobody holds any more is
     cached (newest in the LRU) if it has a key, else freed. Returns the pages that became available, or -1 if
     a page id is out of range or a refcount would go below zero (then nothing changed)."""
-    head = st.shape[1] - 1
+    head = st.shape[0] - 1
     for i in range(len(pages)):
         p = pages[i]
-        if p < 0 or p >= head or st[REF, p] <= 0:
+        if p < 0 or p >= head or st[p, REF] <= 0:
             for j in range(i):  # undo
-                st[REF, pages[j]] += 1
+                st[pages[j], REF] += 1
             return -1
-        st[REF, p] -= 1
+        st[p, REF] -= 1
     freed = 0
     for p in pages:  # in table order, so the LRU evicts a prefix's start first
-        if st[REF, p]:
+        if st[p, REF]:
             continue
         freed += 1
-        if st[KEYED, p]:
-            tail = st[PRV, head]
-            st[NXT, tail] = p
-            st[PRV, p] = tail
-            st[NXT, p] = head
-            st[PRV, head] = p
+        if st[p, KEYED]:
+            tail = st[head, PRV]
+            st[tail, NXT] = p
+            st[p, PRV] = tail
+            st[p, NXT] = head
+            st[head, PRV] = p
             meta[N_CACHED] += 1
         else:
-            st[FREE, meta[N_FREE]] = p
+            st[meta[N_FREE], FREE] = p
             meta[N_FREE] += 1
     return freed
 
@@ -141,7 +142,7 @@ def _release_row(meta: np.ndarray, st: np.ndarray, pages: np.ndarray, tags: np.n
     n = lens[row]
     freed = _release(pages[row, :n], meta, st)
     if freed >= 0:
-        pages[row, :n] = st.shape[1] - 1  # the null page
+        pages[row, :n] = st.shape[0] - 1  # the null page
         tags[row, :n] = 0
         lens[row] = 0
     return freed
@@ -162,7 +163,7 @@ def _admission_cost(keys: np.ndarray, pages: int, ikeys: np.ndarray, ipages: np.
         p = px.lookup(ikeys, ipages, k)
         if p == px.EMPTY:
             break
-        cost += -1 if st[REF, p] else 0  # a reused page nobody holds stops being evictable: no saving
+        cost += -1 if st[p, REF] else 0  # a reused page nobody holds stops being evictable: no saving
     return cost
 
 
@@ -174,12 +175,12 @@ def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarr
     n = _match(keys, ikeys, ipages)
     for i in range(n):
         p = px.lookup(ikeys, ipages, keys[i])
-        if st[REF, p] == 0:
+        if st[p, REF] == 0:
             _unlink(st, p)
             meta[N_CACHED] -= 1
-        st[REF, p] += 1  # a prefix never lists a page twice
+        st[p, REF] += 1  # a prefix never lists a page twice
         out[0, i] = p
-        out[1, i] = st[TAG, p]
+        out[1, i] = st[p, TAG]
     return n
 
 
@@ -190,24 +191,24 @@ def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st
     page."""
     for i in range(min(lens[row], len(keys))):
         p, k = pages[row, i], keys[i]
-        if 0 <= p < st.shape[1] - 1 and not st[KEYED, p] and px.lookup(ikeys, ipages, k) == px.EMPTY:
-            st[KEYED, p] = 1
-            st[KEY, p] = k
+        if 0 <= p < st.shape[0] - 1 and not st[p, KEYED] and px.lookup(ikeys, ipages, k) == px.EMPTY:
+            st[p, KEYED] = 1
+            st[p, KEY] = k
             px.insert(ikeys, ipages, k, p)
 
 
 @njit(cache=True)
 def _force_free(p: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> None:
-    if st[KEYED, p]:
-        px.delete(ikeys, ipages, st[KEY, p])
-        st[KEYED, p] = 0
-    if st[NXT, p] >= 0:
+    if st[p, KEYED]:
+        px.delete(ikeys, ipages, st[p, KEY])
+        st[p, KEYED] = 0
+    if st[p, NXT] >= 0:
         _unlink(st, p)
         meta[N_CACHED] -= 1
-    st[REF, p] = 0
-    st[TAG, p] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
+    st[p, REF] = 0
+    st[p, TAG] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
     meta[NEXT_TAG] += 1
-    st[FREE, meta[N_FREE]] = p
+    st[meta[N_FREE], FREE] = p
     meta[N_FREE] += 1
 
 
@@ -216,18 +217,18 @@ class PagedCache:
         self.num_pages = num_pages
         self.page_size = page_size
         self.prefix_caching = prefix_caching
-        self._st = np.zeros((7, num_pages + 1), dtype=np.int64)
-        self._st[NXT] = self._st[PRV] = -1
-        self._st[NXT, num_pages] = self._st[PRV, num_pages] = num_pages  # the LRU list's sentinel: empty
-        self._st[FREE, :num_pages] = np.arange(num_pages - 1, -1, -1)  # the stack hands out low ids first
+        self._st = np.zeros((num_pages + 1, 7), dtype=np.int64)
+        self._st[:, NXT] = self._st[:, PRV] = -1
+        self._st[num_pages, NXT] = self._st[num_pages, PRV] = num_pages  # the LRU list's sentinel: empty
+        self._st[:num_pages, FREE] = np.arange(num_pages - 1, -1, -1)  # the stack hands out low ids first
         self._meta = np.array([num_pages, 0, 1], dtype=np.int64)  # free, cached, next tag
         self._ikeys, self._ipages = px.new_index(num_pages)
         self._out = np.empty((2, num_pages), dtype=np.int64)  # compiled calls' pages and tags
-        self.refcount = self._st[REF, :num_pages]
+        self.refcount = self._st[:num_pages, REF]
         # Generation tags are drawn from one counter for the whole cache, so no two allocations of any
         # pages ever share a tag: a foreign page id can never carry the tag a sequence recorded. One more
         # entry, the null page (id num_pages, tag 0 for ever), pads the table store; it is never handed out.
-        self.tag = self._st[TAG]
+        self.tag = self._st[:, TAG]
         self.available = num_pages  # free pages plus cached ones an allocation may evict; kept as pages move
         self.hit_tokens = 0
         self.lookup_tokens = 0
@@ -329,21 +330,21 @@ class PagedCache:
     # -- inspection (tests) -----------------------------------------------------------------------
     def free_pages(self) -> list[int]:
         """The free stack, bottom first."""
-        return self._st[FREE, : self._meta[N_FREE]].tolist()
+        return self._st[: self._meta[N_FREE], FREE].tolist()
 
     def cached_pages(self) -> list[int]:
         """The evictable pages, oldest first."""
-        out, p = [], int(self._st[NXT, self.num_pages])
+        out, p = [], int(self._st[self.num_pages, NXT])
         while p != self.num_pages:
             out.append(p)
-            p = int(self._st[NXT, p])
+            p = int(self._st[p, NXT])
         return out
 
     def prefix_index(self) -> dict[int, PageKey]:
         """Every keyed page and its key; each key also finds its page in the index."""
         out = {}
-        for p in np.flatnonzero(self._st[KEYED, : self.num_pages]).tolist():
-            k = int(self._st[KEY, p])
+        for p in np.flatnonzero(self._st[: self.num_pages, KEYED]).tolist():
+            k = int(self._st[p, KEY])
             assert px.lookup(self._ikeys, self._ipages, k) == p, f"key of page {p} does not find it"
             out[p] = k
         return out
