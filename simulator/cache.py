@@ -46,7 +46,7 @@ def _unlink(st: np.ndarray, p: int) -> None:
 
 
 @njit(cache=True)
-def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+def _take(count: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
           out: np.ndarray) -> None:
     """`count` pages into out[0] — free ones first, then the oldest cached ones, whose keys go — each held
     once with a new tag, into out[1]. The caller has checked that there are enough."""
@@ -59,7 +59,7 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipage
     while k < count:
         p = st[head, NXT]
         _unlink(st, p)
-        px.delete(ikeys, ipages, st[p, KEY])
+        px.delete(index, st[p, KEY])
         st[p, KEYED] = 0
         meta[N_CACHED] -= 1
         out[0, k] = p
@@ -72,7 +72,7 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipage
 
 
 @njit(cache=True)
-def _take_rows(meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray, out: np.ndarray,
+def _take_rows(meta: np.ndarray, st: np.ndarray, index: np.ndarray, out: np.ndarray,
                pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> int:
     """One fresh page (`_take`) appended to the table in each listed row, in order (a row listed twice gets
     two). Returns 0, or — having changed nothing — the width the store needs first."""
@@ -84,7 +84,7 @@ def _take_rows(meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.n
         lens[r] -= 1
     if width > pages.shape[1]:
         return width
-    _take(len(rows), meta, st, ikeys, ipages, out)
+    _take(len(rows), meta, st, index, out)
     for i in range(len(rows)):
         r = rows[i]
         pages[r, lens[r]] = out[0, i]
@@ -94,10 +94,10 @@ def _take_rows(meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.n
 
 
 @njit(cache=True)
-def _take_span(count: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+def _take_span(count: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
                out: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, row: int) -> None:
     """`count` fresh pages (`_take`) appended to the table in one row; the store has room."""
-    _take(count, meta, st, ikeys, ipages, out)
+    _take(count, meta, st, index, out)
     col = lens[row]
     pages[row, col : col + count] = out[0, :count]
     tags[row, col : col + count] = out[1, :count]
@@ -149,18 +149,18 @@ def _release_row(meta: np.ndarray, st: np.ndarray, pages: np.ndarray, tags: np.n
 
 
 @njit(cache=True)
-def _match(keys: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> int:
+def _match(keys: np.ndarray, index: np.ndarray) -> int:
     n = 0
-    while n < len(keys) and px.lookup(ikeys, ipages, keys[n]) != px.EMPTY:
+    while n < len(keys) and px.lookup(index, keys[n]) != px.EMPTY:
         n += 1
     return n
 
 
 @njit(cache=True)
-def _admission_cost(keys: np.ndarray, pages: int, ikeys: np.ndarray, ipages: np.ndarray, st: np.ndarray) -> int:
+def _admission_cost(keys: np.ndarray, pages: int, index: np.ndarray, st: np.ndarray) -> int:
     cost = pages
     for k in keys:
-        p = px.lookup(ikeys, ipages, k)
+        p = px.lookup(index, k)
         if p == px.EMPTY:
             break
         cost += -1 if st[p, REF] else 0  # a reused page nobody holds stops being evictable: no saving
@@ -168,13 +168,13 @@ def _admission_cost(keys: np.ndarray, pages: int, ikeys: np.ndarray, ipages: np.
 
 
 @njit(cache=True)
-def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray,
+def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
              out: np.ndarray) -> int:
     """Hold the pages of the leading keys found (into out[0], their tags into out[1]); cached pages nobody held
     leave the LRU. Returns how many."""
-    n = _match(keys, ikeys, ipages)
+    n = _match(keys, index)
     for i in range(n):
-        p = px.lookup(ikeys, ipages, keys[i])
+        p = px.lookup(index, keys[i])
         if st[p, REF] == 0:
             _unlink(st, p)
             meta[N_CACHED] -= 1
@@ -185,22 +185,22 @@ def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarr
 
 
 @njit(cache=True)
-def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st: np.ndarray, ikeys: np.ndarray,
-             ipages: np.ndarray) -> None:
+def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st: np.ndarray,
+             index: np.ndarray) -> None:
     """Key the leading pages of the table in one row of a store: a page keeps its first key, a key its first
     page."""
     for i in range(min(lens[row], len(keys))):
         p, k = pages[row, i], keys[i]
-        if 0 <= p < st.shape[0] - 1 and not st[p, KEYED] and px.lookup(ikeys, ipages, k) == px.EMPTY:
+        if 0 <= p < st.shape[0] - 1 and not st[p, KEYED] and px.lookup(index, k) == px.EMPTY:
             st[p, KEYED] = 1
             st[p, KEY] = k
-            px.insert(ikeys, ipages, k, p)
+            px.insert(index, k, p)
 
 
 @njit(cache=True)
-def _force_free(p: int, meta: np.ndarray, st: np.ndarray, ikeys: np.ndarray, ipages: np.ndarray) -> None:
+def _force_free(p: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray) -> None:
     if st[p, KEYED]:
-        px.delete(ikeys, ipages, st[p, KEY])
+        px.delete(index, st[p, KEY])
         st[p, KEYED] = 0
     if st[p, NXT] >= 0:
         _unlink(st, p)
@@ -222,7 +222,7 @@ class PagedCache:
         self._st[num_pages, NXT] = self._st[num_pages, PRV] = num_pages  # the LRU list's sentinel: empty
         self._st[:num_pages, FREE] = np.arange(num_pages - 1, -1, -1)  # the stack hands out low ids first
         self._meta = np.array([num_pages, 0, 1], dtype=np.int64)  # free, cached, next tag
-        self._ikeys, self._ipages = px.new_index(num_pages)
+        self._index = px.new_index(num_pages)
         self._out = np.empty((2, num_pages), dtype=np.int64)  # compiled calls' pages and tags
         self.refcount = self._st[:num_pages, REF]
         # Generation tags are drawn from one counter for the whole cache, so no two allocations of any
@@ -247,7 +247,7 @@ class PagedCache:
         store = self.store
         store.fit(table.n + count)
         self.available -= count
-        _take_span(count, self._meta, self._st, self._ikeys, self._ipages, self._out, store.pages, store.tags,
+        _take_span(count, self._meta, self._st, self._index, self._out, store.pages, store.tags,
                    store.lens, table.row)
 
     def allocate_rows(self, rows: list[int]) -> None:
@@ -256,7 +256,7 @@ class PagedCache:
         self._check_room(len(rows))
         store = self.store
         self.available -= len(rows)
-        args = (self._meta, self._st, self._ikeys, self._ipages, self._out)
+        args = (self._meta, self._st, self._index, self._out)
         at = np.array(rows, dtype=np.int64)
         width = _take_rows(*args, store.pages, store.tags, store.lens, at)
         if width:  # the store grows first; nothing was taken
@@ -270,21 +270,21 @@ class PagedCache:
 
     def match_prefix(self, keys: np.ndarray) -> int:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
-        return _match(keys, self._ikeys, self._ipages) if self.prefix_caching else 0
+        return _match(keys, self._index) if self.prefix_caching else 0
 
     def admission_cost(self, keys: np.ndarray, pages: int) -> int:
         """How much of `available` holding a `pages`-page sequence takes: its fresh pages, plus the cached prefix
         pages it reuses that nobody holds now (they stop being evictable)."""
         if not self.prefix_caching:
             return pages
-        return _admission_cost(keys, pages, self._ikeys, self._ipages, self._st)
+        return _admission_cost(keys, pages, self._index, self._st)
 
     def acquire_prefix(self, table: BlockTable, keys: np.ndarray) -> int:
         """Share the cached leading pages of `keys` into an empty table; returns pages reused."""
         if not self.prefix_caching:
             return 0
         before = self._meta[N_CACHED]
-        n = _acquire(keys, self._meta, self._st, self._ikeys, self._ipages, self._out)
+        n = _acquire(keys, self._meta, self._st, self._index, self._out)
         if n:
             self.available -= int(before - self._meta[N_CACHED])
             table.attach(self.store)
@@ -296,7 +296,7 @@ class PagedCache:
         """Give the table's leading full pages their prefix keys so later sequences can reuse them."""
         store = table.store
         if self.prefix_caching and store is not None:
-            _publish(store.pages, store.lens, table.row, keys, self._st, self._ikeys, self._ipages)
+            _publish(store.pages, store.lens, table.row, keys, self._st, self._index)
 
     def release(self, table: BlockTable, skip: frozenset[int] = frozenset()) -> None:
         """Drop a sequence's references; keyed pages stay cached, others go back to the free list.
@@ -321,7 +321,7 @@ class PagedCache:
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""
         held = self.refcount[page] > 0
-        _force_free(page, self._meta, self._st, self._ikeys, self._ipages)
+        _force_free(page, self._meta, self._st, self._index)
         self.available += int(held)
 
     def note_lookup(self, tokens: int) -> None:
@@ -345,7 +345,7 @@ class PagedCache:
         out = {}
         for p in np.flatnonzero(self._st[: self.num_pages, KEYED]).tolist():
             k = int(self._st[p, KEY])
-            assert px.lookup(self._ikeys, self._ipages, k) == p, f"key of page {p} does not find it"
+            assert px.lookup(self._index, k) == p, f"key of page {p} does not find it"
             out[p] = k
         return out
 

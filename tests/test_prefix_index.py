@@ -14,19 +14,19 @@ _KEYS = st.one_of(st.integers(0, 40), st.integers(-(2**63), 2**63 - 1))
 @settings(max_examples=200, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), _KEYS), max_size=120))
 def test_index_agrees_with_a_dict(ops: list[tuple[bool, int]]) -> None:
-    keys, pages = px.new_index(32)  # 64 slots: room for the 32 keys it may hold at most
+    index = px.new_index(32)  # 64 slots: room for the 32 keys it may hold at most
     model: dict[int, int] = {}
     for page, (add, key) in enumerate(ops):
         if add and key not in model and len(model) < 32:
-            px.insert(keys, pages, key, page)
+            px.insert(index, key, page)
             model[key] = page
         elif not add:
-            px.delete(keys, pages, key)
+            px.delete(index, key)
             model.pop(key, None)
         for k in {k for _, k in ops}:
-            assert px.lookup(keys, pages, k) == model.get(k, px.EMPTY)
+            assert px.lookup(index, k) == model.get(k, px.EMPTY)
 
 
 def test_index_sizes_for_half_load() -> None:
-    keys, pages = px.new_index(1000)
-    assert len(keys) == len(pages) == 2048 and (pages == px.EMPTY).all()
+    index = px.new_index(1000)
+    assert index.shape == (2048, 2) and (index[:, 1] == px.EMPTY).all()
