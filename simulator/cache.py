@@ -250,18 +250,17 @@ class PagedCache:
         _take_span(count, self._meta, self._st, self._index, self._out, store.pages, store.tags,
                    store.lens, table.row)
 
-    def allocate_rows(self, rows: list[int]) -> None:
+    def allocate_rows(self, rows: np.ndarray) -> None:
         """One fresh page appended to the table in each listed row of the store, in list order (a decode step's
         growth; a row listed twice gets two). The tables hold pages already, so they have rows."""
         self._check_room(len(rows))
         store = self.store
         self.available -= len(rows)
         args = (self._meta, self._st, self._index, self._out)
-        at = np.array(rows, dtype=np.int64)
-        width = _take_rows(*args, store.pages, store.tags, store.lens, at)
+        width = _take_rows(*args, store.pages, store.tags, store.lens, rows)
         if width:  # the store grows first; nothing was taken
             store.fit(width)
-            _take_rows(*args, store.pages, store.tags, store.lens, at)
+            _take_rows(*args, store.pages, store.tags, store.lens, rows)
 
     def _check_room(self, count: int) -> None:
         """Raise before anything changes if free plus evictable pages cannot cover `count`."""

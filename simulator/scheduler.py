@@ -12,13 +12,12 @@ decisions are the same because nothing a decision reads changes inside a run of 
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
 
 import numpy as np
 
+from simulator.batch import NEVER, DecodeBatch, growth
 from simulator.cache import OutOfPages, PagedCache, page_keys
 from simulator.integrity import CheckingTracker, Fault, FaultInjector, NoopTracker, release_after_fault
 from simulator.request import Request
@@ -102,11 +101,12 @@ class Plan:
     at: int = 0  # the scheduler's step count when the plan was made
     ctx0: int = 0  # tokens the batch has cached before its first step
     pages0: int = 0  # pages the batch holds before its first step
-    per_offset: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
+    first_end: int = NEVER  # the step count at which the first batch sequence's output ends
+    first_fault: int = -1  # the step count of the first planned fault (-1: none)
+    need: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     grown: np.ndarray | None = None  # running sum of `growth`: the pages the first s+1 steps read beyond pages0
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
-    need: list[int] | None = None  # per_offset as a list (bookings read it item by item)
 
     @property
     def empty(self) -> bool:
@@ -145,10 +145,6 @@ class Counters:
     aborts: list[AbortEvent] = field(default_factory=list)
 
 
-def _admission_order(seq: Seq) -> int:
-    return seq.order  # the running list's order, so the decode batch's too
-
-
 class Scheduler:
     def __init__(
         self,
@@ -177,18 +173,9 @@ class Scheduler:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.steps = 0  # decode steps applied here: batch sequences' progress is counted from it
-        self._decode: list[Seq] = []
-        self._decode_rows = np.zeros(0, dtype=np.int64)  # their tables' rows in the cache's table store
-        self._decode_dirty = False
-        # The batch, kept as sequences join and leave: Σ (cached tokens − steps at join); the sequences that
-        # need a new page at step counts ≡ c (mod page_size), in batch order; the earliest step count at which
-        # one finishes or has a planned fault (None: to be recomputed).
-        self._ctx_base = 0
-        self._members: list[list[Seq]] = [[] for _ in range(cache.page_size)]
-        self._member_rows: list[list[int]] = [[] for _ in range(cache.page_size)]  # their tables' store rows
-        self._ending: dict[int, list[Seq]] = {}  # step count -> batch sequences whose output ends there
-        self._end_heap: list[int] = []  # those step counts (and some whose sequences left: skipped lazily)
-        self._first_fault: int | None = None
+        self.batch = DecodeBatch(cache.page_size)
+        self._joining: list[Seq] = []  # ready to decode: they join the batch when the next plan is made
+        self._ctx_base = 0  # Σ over the batch of (cached tokens − steps at join): its context at a step count
         self.counters = Counters()
         self.aborted: list[Seq] = []
         self._order = 0
@@ -241,21 +228,16 @@ class Scheduler:
         self._check_integrity()
         self._admit_waiting()
         plan = Plan()
-        ps = self.cache.page_size
         while True:
             plan.decode = self._decode_batch()
             if not plan.decode:
                 break
             at = self.steps
-            # need[s]: sequences needing a new page at the s-th coming step (step count at + s)
-            counts = list(map(len, self._members))
-            r = at % ps
-            plan.need = counts[r:] + counts[:r]
+            plan.need = np.empty(self.cache.page_size, dtype=np.int64)
+            plan.pages0, plan.first_end, plan.first_fault = self.batch.summary(self.cache.store.lens, at, plan.need)
             if plan.need[0] <= self.cache.available:
-                plan.per_offset = np.array(plan.need, dtype=np.int64)
                 plan.at = at
                 plan.ctx0 = self._ctx_base + len(plan.decode) * at
-                plan.pages0 = self.cache.store.held(self._decode_rows)
                 break
             self._preempt_newest()
         budget = self.max_batch_tokens - len(plan.decode)
@@ -271,10 +253,9 @@ class Scheduler:
         """Identical decode steps that can follow: until a completion, a page shortfall or a planned fault."""
         if plan.prefill or not plan.decode:
             return 1 if not plan.empty else 0
-        n = min(limit, self._end() - self.steps)
-        fault = self._fault()
-        if fault is not None:
-            n = min(n, max(1, fault - self.steps))
+        n = min(limit, plan.first_end - self.steps)
+        if self.injector is not None and plan.first_fault >= 0:
+            n = min(n, max(1, plan.first_fault - self.steps))
         new_pages = self.growth(plan, n)
         if new_pages[-1] > self.cache.available:
             n = max(1, int(np.searchsorted(new_pages, self.cache.available, side="right")))
@@ -284,38 +265,26 @@ class Scheduler:
         """Cumulative new pages the decode batch needs after each of its next n steps (O(n + batch)), computed
         once per plan (pricing, checks, occupancy)."""
         if plan.growth is None or len(plan.growth) < n:
-            per_offset = plan.per_offset
-            assert per_offset is not None
-            ps = len(per_offset)
-            cycle = per_offset[:n] if n <= ps else np.concatenate((per_offset,) * -(-n // ps))[:n]
-            plan.growth = np.add.accumulate(cycle)
-            plan.grown = np.add.accumulate(plan.growth)
+            assert plan.need is not None
+            plan.growth, plan.grown = growth(plan.need, n)
         return plan.growth[:n]
 
     def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
         """Allocate the pages the plan's first k decode steps write. A step takes its pages when it starts, so
         a clock that runs many steps at once books them as their start times pass, in the same order of cache
         operations as one that runs them one by one. Returns the steps that took pages and how many each."""
-        if not plan.decode or k <= plan.booked:
+        b = plan.booked
+        if not plan.decode or k <= b:
             return [], []
-        ps, b, need = self.cache.page_size, plan.booked, plan.need
-        assert need is not None
-        if k - b <= ps:
-            steps = [s for s in range(b, k) if need[s % ps]]
-        else:  # a long span: walk each offset that takes pages, every page_size steps
-            steps = sorted(s for o in range(ps) if need[o] for s in range(b + (o - b) % ps, k, ps))
+        assert plan.need is not None
+        g = self.growth(plan, k)
+        pages = int(g[k - 1] - (g[b - 1] if b else 0))
         plan.booked = k
-        if not steps:
+        if not pages:
             return [], []
-        member_rows, at = self._member_rows, plan.at
-        rows: list[int] = []  # step by step, batch order within a step: as a one-step clock hands out
-        counts: list[int] = []
-        for step in steps:  # the step with count at + step: the sequences of that class
-            group = member_rows[(at + step) % ps]
-            rows += group
-            counts.append(len(group))
+        rows, steps, counts = self.batch.due(plan.at, plan.need, b, k, pages)
         self.cache.allocate_rows(rows)
-        return steps, counts
+        return steps.tolist(), counts.tolist()
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
@@ -350,12 +319,8 @@ class Scheduler:
             self.counters.checked_pages += ev.checked_pages
         self.steps += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         self.book(plan, k)
-        now = self.steps
-        if self._end() <= now:
-            done: list[Seq] = []
-            while self._end() <= now:
-                done += self._ending.pop(heappop(self._end_heap))
-            for seq in sorted(done, key=_admission_order):  # batch order
+        if plan.first_end <= self.steps:
+            for seq in self.batch.ended(self.steps):
                 self._finish(seq, k - 1, ev)
 
     # -- internals ---------------------------------------------------------------------------------
@@ -366,67 +331,28 @@ class Scheduler:
         ev.finished.append((seq, step))
 
     def _set_status(self, seq: Seq, status: str) -> None:
-        if "decode" in (seq.status, status):
-            self._decode_dirty = True
-            if seq._origin is not None:  # it leaves the batch
+        if status == "decode" and seq.status != "decode":
+            self._joining.append(seq)
+        elif seq.status == "decode" and status != "decode":
+            if seq._origin is None:  # ready, not placed yet
+                self._joining.remove(seq)
+            else:  # it leaves the batch
                 self._ctx_base -= seq._computed - seq._origin
-                c = (seq._origin - seq._computed) % self.cache.page_size
-                i = self._members[c].index(seq)
-                del self._members[c][i], self._member_rows[c][i]
-                end = seq._origin + seq._remaining
-                if end in self._ending:  # (absent: it finished, and its step count was taken off)
-                    self._ending[end].remove(seq)
-                    if not self._ending[end]:
-                        del self._ending[end]
-                if seq._fault_in >= 0:
-                    self._first_fault = None
+                self.batch.leave(seq)
                 seq._settle()
         seq.status = status
 
     def _decode_batch(self) -> list[Seq]:
-        """The decode batch in running order, rebuilt only when a sequence joined or left it. A sequence that
-        became ready mid-run (its transfer finished) joins here, at the step count the run ended on."""
-        if self._decode_dirty:
-            self._decode = [s for s in self.running if s.status == "decode"]
-            rows = [s.table.row for s in self._decode]
-            assert -1 not in rows, "a decode sequence without pages"
-            self._decode_rows = np.array(rows, dtype=np.int64)
-            self._decode_dirty = False
-            ps, at = self.cache.page_size, self.steps
-            for seq in self._decode:
-                if seq._origin is None:
-                    seq._origin = at
-                    self._ctx_base += seq._computed - at
-                    c = (at - seq._computed) % ps
-                    i = bisect_right(self._members[c], seq.order, key=_admission_order)
-                    self._members[c].insert(i, seq)
-                    self._member_rows[c].insert(i, seq.table.row)
-                    end = at + seq._remaining
-                    if end in self._ending:
-                        self._ending[end].append(seq)
-                    else:
-                        self._ending[end] = [seq]
-                        heappush(self._end_heap, end)
-                    if seq._fault_in >= 0:
-                        self._first_fault = None
-        return self._decode
-
-    def _end(self) -> int:
-        """The earliest step count at which a batch sequence has no output left."""
-        heap = self._end_heap
-        while heap and heap[0] not in self._ending:  # its sequences all left the batch
-            heappop(heap)
-        return heap[0] if heap else 1 << 62
-
-    def _fault(self) -> int | None:
-        """The earliest step count at which a batch sequence has a fault planned (faults are only planned
-        with an injector)."""
-        if self.injector is None:
-            return None
-        if self._first_fault is None or 0 <= self._first_fault < self.steps:  # unknown, or passed uninjected
-            planned = [s._origin + s._fault_in for s in self._decode if s._fault_in >= 0]
-            self._first_fault = min((f for f in planned if f >= self.steps), default=-1)
-        return None if self._first_fault < 0 else self._first_fault
+        """The decode batch in running order. A sequence that became ready mid-run (its transfer finished)
+        joins here, at the step count the run ended on."""
+        if self._joining:
+            at = self.steps
+            for seq in self._joining:
+                seq._origin = at
+                self._ctx_base += seq._computed - at
+                self.batch.join(seq, at)
+            self._joining.clear()
+        return self.batch.seqs
 
     def _grow(self, seq: Seq, tokens: int) -> None:
         need = self._pages(tokens) - seq.table.n
@@ -474,12 +400,12 @@ class Scheduler:
     def _check_integrity(self) -> None:
         batch = self._decode_batch()
         if self.injector is not None:
-            for seq in batch:
+            for i, seq in enumerate(batch):
                 if seq.fault_in == 0 and seq.fault is None:
                     seq.fault = self.injector.inject(seq.table, self.cache, [s.table for s in batch])
                     seq.fault_in = -1
-                    self._first_fault = None
-        violations, _ = self.tracker.check(self._decode_rows, self.cache)
+                    self.batch.fault_done(i)
+        violations, _ = self.tracker.check(self.batch.rows, self.cache)
         for v in violations:
             seq = batch[v.index]
             if seq.fault is None:
@@ -494,7 +420,6 @@ class Scheduler:
             release_after_fault(seq.table, self.cache, seq.fault)
             self._set_status(seq, "aborted")
             self.aborted.append(seq)
-
 
 
 __all__ = ["AbortEvent", "Plan", "Scheduler", "Seq", "StepEvents", "OutOfPages"]

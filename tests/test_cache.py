@@ -158,7 +158,7 @@ def test_table_store_grows_rows_and_columns_without_losing_entries() -> None:
     for i in range(150):  # 150 rows > 64; up to 300 pages > 64 columns
         t = BlockTable()
         cache.allocate(t, 1 + 2 * i)
-        cache.allocate_rows([t.row, t.row])
+        cache.allocate_rows(np.array([t.row, t.row]))
         tables.append(t)
         expect.append(t.live_pages().tolist())
     assert [t.live_pages().tolist() for t in tables] == expect
@@ -178,7 +178,7 @@ def test_growth_past_a_full_row_widens_the_store_first() -> None:
     cache.allocate(t, cache.store.pages.shape[1])  # exactly one row's width
     cache.allocate(u, 3)
     before = t.live_pages().tolist()
-    cache.allocate_rows([t.row, u.row, t.row])
+    cache.allocate_rows(np.array([t.row, u.row, t.row]))
     assert t.n == len(before) + 2 and t.live_pages().tolist()[: len(before)] == before and u.n == 4
     assert len(set(t.live_pages().tolist()) | set(u.live_pages().tolist())) == t.n + u.n
     assert cache.available == 200 - t.n - u.n
