@@ -153,27 +153,36 @@ class Instance:
         start. Routing reads every instance for every request, so this is one flat method."""
         cache = self.cache
         load = cache.num_pages - cache.available + self._pending_pages
-        plan = self._run_plan
-        if plan is None or not plan.decode:
+        g = self._run_growth
+        if g is None:  # no decode run in flight
             return load
-        ends, g, b = self._run_ends, self._run_growth, plan.booked
-        k = min(len(ends), bisect_left(ends, t) + 1)  # = self._started(t)
-        if k <= b or g is None:
+        ends, b = self._run_ends, self._run_plan.booked  # type: ignore[union-attr]
+        k = bisect_left(ends, t) + 1  # = self._started(t)
+        if k > len(ends):
+            k = len(ends)
+        if k <= b:
             return load
         return load + g[k - 1] - (g[b - 1] if b else 0)  # + self._unbooked(k)
 
     def settle(self, t: float) -> None:
         """Book the pages of the run's steps that started by time t, before anything else touches the cache."""
-        if self._run_plan is not None:
+        if self._run_growth is not None:
             self._book_to(self._started(t))
 
     def _book_to(self, k: int) -> None:
-        assert self._run_plan is not None
-        steps, counts = self.sched.book(self._run_plan, k)
-        if steps:  # a step starts when the one before it ends
-            ends, start = self._run_ends, self._run_start
-            self.stats.page_t += [ends[step - 1] if step else start for step in steps]
-            self.stats.page_d += counts
+        """Book the run's first k steps; most calls find them booked or taking no page, and stop here."""
+        plan, g = self._run_plan, self._run_growth
+        assert plan is not None
+        b = plan.booked
+        if g is None or k <= b:
+            return
+        if g[k - 1] == (g[b - 1] if b else 0):  # none of steps b..k-1 takes a page
+            plan.booked = k
+            return
+        steps, counts = self.sched.book(plan, k)
+        ends, start = self._run_ends, self._run_start  # a step starts when the one before it ends
+        self.stats.page_t += [ends[step - 1] if step else start for step in steps]
+        self.stats.page_d += counts
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages."""
@@ -206,14 +215,14 @@ class Instance:
         self.clock = max(self.clock, self.wake_at)
 
     def _loop(self):
-        env, sched, st = self.env, self.sched, self.stats
+        env, sched, st, cache = self.env, self.sched, self.stats, self.cache
         while True:
             if not (sched.waiting or sched.running or self.pending):  # nothing to decide
                 yield from self._sleep()
                 continue
-            used = self.cache.used
+            avail = cache.available
             plan = sched.schedule()
-            st.pages_changed(self.clock, self.cache.used - used)
+            st.pages_changed(self.clock, avail - cache.available)
             self.sim.after_schedule(self)
             if plan.empty:
                 yield from self._sleep()
@@ -238,11 +247,11 @@ class Instance:
             if priced is not None:
                 priced.book(m, self.cost.usage)
             self._book_to(m)
-            self._run_plan = None
-            used = self.cache.used
+            self._run_plan = self._run_growth = None
+            avail = cache.available
             ev = sched.advance(plan, m)
             end = ends[m - 1]
-            st.pages_changed(end, self.cache.used - used)  # completions' releases
+            st.pages_changed(end, avail - cache.available)  # completions' releases
             st.busy_s += end - self.clock
             st.steps += m
             st.decode_seq_steps += m * len(plan.decode)
@@ -395,9 +404,9 @@ class Simulation:
         dst.settle(t)
         while dst.pending and dst.sched.can_take_kv(dst.pending[0][0]):
             dseq, pseq, src = dst.next_transfer()
-            used = dst.cache.used
+            avail = dst.cache.available
             cached = dst.sched.take_kv(dseq)
-            dst.stats.pages_changed(t, dst.cache.used - used)
+            dst.stats.pages_changed(t, avail - dst.cache.available)
             self.records[dseq.req.id].cached_tokens = cached
             tokens = dseq.req.prompt_tokens - cached
             start = max(t, dst.link_free)
@@ -409,9 +418,9 @@ class Simulation:
             dst.notify(t)  # the run in flight can no longer book all its pages: end it at the step in flight
 
     def _release(self, src: Instance, pseq: Seq, t: float) -> None:
-        used = src.cache.used
+        avail = src.cache.available
         src.sched.release(pseq)
-        src.stats.pages_changed(t, src.cache.used - used)
+        src.stats.pages_changed(t, avail - src.cache.available)
 
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         self._release(src, pseq, end)

@@ -179,6 +179,7 @@ class Scheduler:
         self.counters = Counters()
         self.aborted: list[Seq] = []
         self._order = 0
+        self._queued = 0  # `queued_tokens`
 
     # -- entry points ------------------------------------------------------------------------------
     def new_seq(self, req: Request, target: int, remaining: int, keys: np.ndarray | None = None) -> Seq:
@@ -192,12 +193,12 @@ class Scheduler:
         """A request that must prefill here (new, or preempted and recomputing)."""
         seq.status = "waiting"
         self.waiting.append(seq)
+        self._queued += seq.target - seq._computed
 
     def queued_tokens(self) -> int:
-        """Prompt tokens still to prefill here, queued or in progress (prefill routing reads it per request).
-        Outside the decode batch a sequence's stored progress is current, so it is read without the property."""
-        queued = sum(s.target - s._computed for s in self.waiting)
-        return queued + sum(s.target - s._computed for s in self.running if s.status == "prefill")
+        """Prompt tokens still to prefill here, queued or in progress (prefill routing reads it per request):
+        Σ (target − cached) over the waiting and prefilling sequences, kept as they change."""
+        return self._queued
 
     def can_take_kv(self, seq: Seq) -> bool:
         """Disaggregated decode: can this instance hold the transferred prompt plus growth room now?"""
@@ -290,6 +291,7 @@ class Scheduler:
         ev = StepEvents()
         for seq, chunk in plan.prefill:  # prefill plans are one step long
             seq.computed += chunk
+            self._queued -= chunk
             if seq.computed < seq.target:
                 continue
             self.cache.publish(seq.table, seq.keys)
@@ -382,12 +384,15 @@ class Scheduler:
             seq.computed = hit * self.cache.page_size
             if seq.computed >= seq.target:  # whole prompt cached: recompute the last token
                 seq.computed = seq.target - 1
+            self._queued -= seq._computed
             self._grow(seq, seq.target)
             seq.status = "prefill"
             self._admit(seq)
 
     def _preempt_newest(self) -> None:
         victim = max((s for s in self.running if s.status in ("decode", "prefill")), key=lambda s: s.order)
+        if victim.status == "prefill":
+            self._queued -= victim.target - victim._computed
         self._set_status(victim, "waiting")
         self.running.remove(victim)
         release_after_fault(victim.table, self.cache, victim.fault)
@@ -396,6 +401,7 @@ class Scheduler:
         victim.target = victim.req.prompt_tokens + victim.generated  # recompute what it had
         self.counters.preempted += 1
         self.waiting.appendleft(victim)
+        self._queued += victim.target
 
     def _check_integrity(self) -> None:
         batch = self._decode_batch()

@@ -127,3 +127,32 @@ def test_closed_loop_never_exceeds_concurrency() -> None:
     events = sorted([(r.arrival, 1) for r in sim.records.values()] + [(r.finish, -1) for r in sim.records.values()])
     assert max(np.cumsum([e for _, e in events])) <= 3
     assert result["metrics"]["completed"] == 30
+
+
+@pytest.mark.parametrize("over", [
+    {"deployment.mode": "colocated", "deployment.decode.max_batch_tokens": 2048, "deployment.decode.chunk_size": 512,
+     "deployment.decode.mem_fraction": 0.13, "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0},
+    {"deployment.prefill.instances": 2, "deployment.prefill.max_batch_tokens": 1024,
+     "deployment.prefill.chunk_size": 256, "traffic.rate": 20.0},
+], ids=["colocated-preemption", "prefill-queues"])
+def test_queued_tokens_kept_as_they_change_equal_the_sum_over_the_queue(
+    over: dict[str, Any], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """Prefill routing reads a running count; it must be Σ (target − cached) over waiting and prefilling
+    sequences at every decision, preemptions and chunked prompts included."""
+    from simulator.scheduler import Scheduler
+
+    seen = []
+    schedule = Scheduler.schedule
+
+    def checked(self: Scheduler):  # type: ignore[no-untyped-def]
+        direct = sum(s.target - s.computed for s in self.waiting)
+        direct += sum(s.target - s.computed for s in self.running if s.status == "prefill")
+        assert self.queued_tokens() == direct
+        seen.append(direct)
+        return schedule(self)
+
+    monkeypatch.setattr(Scheduler, "schedule", checked)
+    result, _ = simulate(scenario(**over))
+    assert max(seen) > 0
+    assert result["metrics"]["preempted"] > 0 or "preemption" not in request.node.callspec.id
