@@ -29,11 +29,12 @@ class OutOfPages(Exception):
 # -- compiled page bookkeeping ------------------------------------------------------------------------------
 # A cache's per-page state is one int64 matrix, a row per page and a column per field: a compiled call takes
 # few arguments (each costs at the boundary), and a page's fields share a cache line (evictions and releases
-# touch pages all over the cache). Its cached pages form a doubly linked LRU list through columns NXT/PRV (the
+# touch pages all over the cache). Generation tags are an array of their own: the integrity check reads one
+# per page of every table in a batch, and a dense array of them stays in cache between checks. Its cached pages form a doubly linked LRU list through columns NXT/PRV (the
 # sentinel at row num_pages: NXT is the oldest; -1: not listed); column FREE is a stack whose first
 # `meta[N_FREE]` entries are the free pages, the last one handed out first. Results come back in a caller's
 # buffer: a returned array costs more to hand over than these calls' work.
-REF, TAG, NXT, PRV, KEY, KEYED, FREE = range(7)
+REF, NXT, PRV, KEY, KEYED, FREE = range(6)
 N_FREE, N_CACHED, NEXT_TAG = range(3)
 
 
@@ -46,7 +47,7 @@ def _unlink(st: np.ndarray, p: int) -> None:
 
 
 @njit(cache=True)
-def _take(count: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
+def _take(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
           out: np.ndarray) -> None:
     """`count` pages into out[0] — free ones first, then the oldest cached ones, whose keys go — each held
     once with a new tag, into out[1]. The caller has checked that there are enough."""
@@ -66,13 +67,13 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
         k += 1
     for i in range(count):
         p = out[0, i]
-        out[1, i] = st[p, TAG] = meta[NEXT_TAG]
+        out[1, i] = tag[p] = meta[NEXT_TAG]
         meta[NEXT_TAG] += 1
         st[p, REF] = 1
 
 
 @njit(cache=True)
-def _take_rows(meta: np.ndarray, st: np.ndarray, index: np.ndarray, out: np.ndarray,
+def _take_rows(meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray, out: np.ndarray,
                pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> int:
     """One fresh page (`_take`) appended to the table in each listed row, in order (a row listed twice gets
     two). Returns 0, or — having changed nothing — the width the store needs first."""
@@ -84,7 +85,7 @@ def _take_rows(meta: np.ndarray, st: np.ndarray, index: np.ndarray, out: np.ndar
         lens[r] -= 1
     if width > pages.shape[1]:
         return width
-    _take(len(rows), meta, st, index, out)
+    _take(len(rows), meta, st, tag, index, out)
     for i in range(len(rows)):
         r = rows[i]
         pages[r, lens[r]] = out[0, i]
@@ -94,10 +95,10 @@ def _take_rows(meta: np.ndarray, st: np.ndarray, index: np.ndarray, out: np.ndar
 
 
 @njit(cache=True)
-def _take_span(count: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
+def _take_span(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
                out: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, row: int) -> None:
     """`count` fresh pages (`_take`) appended to the table in one row; the store has room."""
-    _take(count, meta, st, index, out)
+    _take(count, meta, st, tag, index, out)
     col = lens[row]
     pages[row, col : col + count] = out[0, :count]
     tags[row, col : col + count] = out[1, :count]
@@ -168,7 +169,7 @@ def _admission_cost(keys: np.ndarray, pages: int, index: np.ndarray, st: np.ndar
 
 
 @njit(cache=True)
-def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, index: np.ndarray,
+def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
              out: np.ndarray) -> int:
     """Hold the pages of the leading keys found (into out[0], their tags into out[1]); cached pages nobody held
     leave the LRU. Returns how many."""
@@ -180,7 +181,7 @@ def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, index: np.ndarr
             meta[N_CACHED] -= 1
         st[p, REF] += 1  # a prefix never lists a page twice
         out[0, i] = p
-        out[1, i] = st[p, TAG]
+        out[1, i] = tag[p]
     return n
 
 
@@ -198,7 +199,7 @@ def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st
 
 
 @njit(cache=True)
-def _force_free(p: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray) -> None:
+def _force_free(p: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray) -> None:
     if st[p, KEYED]:
         px.delete(index, st[p, KEY])
         st[p, KEYED] = 0
@@ -206,7 +207,7 @@ def _force_free(p: int, meta: np.ndarray, st: np.ndarray, index: np.ndarray) -> 
         _unlink(st, p)
         meta[N_CACHED] -= 1
     st[p, REF] = 0
-    st[p, TAG] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
+    tag[p] = meta[NEXT_TAG]  # what its reallocation to another sequence would do
     meta[NEXT_TAG] += 1
     st[meta[N_FREE], FREE] = p
     meta[N_FREE] += 1
@@ -217,7 +218,7 @@ class PagedCache:
         self.num_pages = num_pages
         self.page_size = page_size
         self.prefix_caching = prefix_caching
-        self._st = np.zeros((num_pages + 1, 7), dtype=np.int64)
+        self._st = np.zeros((num_pages + 1, 6), dtype=np.int64)
         self._st[:, NXT] = self._st[:, PRV] = -1
         self._st[num_pages, NXT] = self._st[num_pages, PRV] = num_pages  # the LRU list's sentinel: empty
         self._st[:num_pages, FREE] = np.arange(num_pages - 1, -1, -1)  # the stack hands out low ids first
@@ -228,7 +229,7 @@ class PagedCache:
         # Generation tags are drawn from one counter for the whole cache, so no two allocations of any
         # pages ever share a tag: a foreign page id can never carry the tag a sequence recorded. One more
         # entry, the null page (id num_pages, tag 0 for ever), pads the table store; it is never handed out.
-        self.tag = self._st[:, TAG]
+        self.tag = np.zeros(num_pages + 1, dtype=np.int64)
         self.available = num_pages  # free pages plus cached ones an allocation may evict; kept as pages move
         self.hit_tokens = 0
         self.lookup_tokens = 0
@@ -247,7 +248,7 @@ class PagedCache:
         store = self.store
         store.fit(table.n + count)
         self.available -= count
-        _take_span(count, self._meta, self._st, self._index, self._out, store.pages, store.tags,
+        _take_span(count, self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags,
                    store.lens, table.row)
 
     def allocate_rows(self, rows: np.ndarray) -> None:
@@ -256,7 +257,7 @@ class PagedCache:
         self._check_room(len(rows))
         store = self.store
         self.available -= len(rows)
-        args = (self._meta, self._st, self._index, self._out)
+        args = (self._meta, self._st, self.tag, self._index, self._out)
         width = _take_rows(*args, store.pages, store.tags, store.lens, rows)
         if width:  # the store grows first; nothing was taken
             store.fit(width)
@@ -283,7 +284,7 @@ class PagedCache:
         if not self.prefix_caching:
             return 0
         before = self._meta[N_CACHED]
-        n = _acquire(keys, self._meta, self._st, self._index, self._out)
+        n = _acquire(keys, self._meta, self._st, self.tag, self._index, self._out)
         if n:
             self.available -= int(before - self._meta[N_CACHED])
             table.attach(self.store)
@@ -320,7 +321,7 @@ class PagedCache:
     def force_free(self, page: int) -> None:
         """Fault injection only: free a page behind its owner's back (the bookkeeping bug we defend against)."""
         held = self.refcount[page] > 0
-        _force_free(page, self._meta, self._st, self._index)
+        _force_free(page, self._meta, self._st, self.tag, self._index)
         self.available += int(held)
 
     def note_lookup(self, tokens: int) -> None:
