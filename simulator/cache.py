@@ -29,11 +29,12 @@ class OutOfPages(Exception):
 # -- compiled page bookkeeping ------------------------------------------------------------------------------
 # A cache's per-page state is one int64 matrix, a row per page and a column per field: a compiled call takes
 # few arguments (each costs at the boundary), and a page's fields share a cache line (evictions and releases
-# touch pages all over the cache). Generation tags are an array of their own: the integrity check reads one
-# per page of every table in a batch, and a dense array of them stays in cache between checks. Its cached pages form a doubly linked LRU list through columns NXT/PRV (the
+# touch pages all over the cache). Its cached pages form a doubly linked LRU list through columns NXT/PRV (the
 # sentinel at row num_pages: NXT is the oldest; -1: not listed); column FREE is a stack whose first
-# `meta[N_FREE]` entries are the free pages, the last one handed out first. Results come back in a caller's
-# buffer: a returned array costs more to hand over than these calls' work.
+# `meta[N_FREE]` entries are the free pages, the last one handed out first. Generation tags are an array of
+# their own: the integrity check reads one per page of every table in a batch, and a dense array of them
+# stays in cache between checks. Results come back in a caller's buffer: a returned array costs more to hand
+# over than these calls' work.
 REF, NXT, PRV, KEY, KEYED, FREE = range(6)
 N_FREE, N_CACHED, NEXT_TAG = range(3)
 

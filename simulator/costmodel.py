@@ -271,6 +271,19 @@ class _Line:
                 ops[fam] += k[x]
         return self.us[x]
 
+    def values(self, xs: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Microseconds, microseconds by source and fallback op counts at each count of `xs`; zero where a
+        count is 0 (a step with no such rows skips the line)."""
+        for block in {x // LINE_BLOCK for x in xs}:
+            if block >= len(self.done) or not self.done[block]:
+                self._fill(block)
+
+        def pick(col: list[float] | list[int]) -> np.ndarray:
+            return np.array([col[x] if x else 0 for x in xs], dtype=float)
+
+        by_source = {"table": pick(self.table), "fallback": pick(self.fallback), "collective": pick(self.collective)}
+        return pick(self.us), by_source, {fam: pick(k).astype(np.int64) for fam, k in self.fallbacks.items()}
+
     def _fill(self, block: int) -> None:
         if block >= len(self.done):
             grow = (block + 1 - len(self.done)) * LINE_BLOCK
@@ -323,7 +336,9 @@ class CostModel:
         # line, for every length at once, instead of op by op per new length.
         self._first_chunks = _Line(lambda xs: self._price_ops(chunk_ops(self.model, self.pool, xs, 0), xs.size))
         self._chunks: dict[tuple[int, int], _Part] = {}
-        self._solo: dict[int, _Part] = {}  # steps that are one whole prompt, by its length
+        # A step that is one whole prompt and nothing else (most prefill steps), by the prompt's length: its
+        # parts summed for every length at once, a block of lengths at a time.
+        self._solos = _Line(self._solo_pricer)
 
     # -- public ------------------------------------------------------------------------------------------
     def decode_run(self, batch: int, ctx0: int, pages0: int, growth: np.ndarray,
@@ -359,12 +374,7 @@ class CostModel:
                                             np.array([float(decode_pages)]), usage)[0])
         usage = self.usage if usage is None else usage
         if not decode_batch and len(todo) == 1 and todo[0][1] == 0:  # a prompt alone, the usual prefill step
-            solo = self._solo.get(todo[0][0])
-            if solo is None:
-                if len(self._solo) >= CHUNK_CACHE:
-                    self._solo.clear()
-                solo = self._solo[todo[0][0]] = self._solo_part(todo[0][0])
-            return solo.book(usage) * 1e-6
+            return self._solos.book(todo[0][0], usage) * 1e-6
         us = 0.0
         for line, x in step_lines(self.model, decode_batch, todo).items():
             if x:
@@ -436,18 +446,28 @@ class CostModel:
             us += t
         return us
 
-    def _solo_part(self, tokens: int) -> _Part:
-        """A step that is one whole prompt and nothing else, summed as `step_s` sums it (same time, bit for
-        bit), kept whole: prompt lengths repeat across a long run."""
-        scratch = Usage()
-        us = 0.0
-        for line, x in step_lines(self.model, 0, ((tokens, 0),)).items():
-            if x:
-                us += self._lines[line].book(x, scratch)
-        us += self._first_chunks.book(tokens, scratch)
-        sec = scratch.seconds
-        return _Part(us, sec["table"] * 1e6, sec["fallback"] * 1e6, sec["collective"] * 1e6,
-                     tuple(scratch.fallback_ops.items()))
+    def _solo_pricer(self, xs: np.ndarray) -> _Priced:
+        """Steps that are one whole prompt of each length in `xs`: the lines at the prompt's counts, then its
+        first chunk, added elementwise in the order `step_s` adds a step's parts (a part a step skips adds
+        zero), so each length gets the bits pricing it part by part gives. By source, the parts' seconds are
+        summed in that order and the sum kept in microseconds, as booking the parts into a fresh usage and
+        reading it back would."""
+        lengths = xs.tolist()
+        counts = [step_lines(self.model, 0, ((x, 0),)) for x in lengths]
+        parts = [(self._lines[line], [c[line] for c in counts]) for line in LINES]
+        parts.append((self._first_chunks, lengths))
+        n = xs.size
+        p = _Priced(np.zeros(n), {src: np.zeros(n) for src in SOURCES}, {}, {})
+        for part, at in parts:
+            us, by_source, fallbacks = part.values(at)
+            p.us += us
+            for src in SOURCES:
+                p.by_source[src] += by_source[src] * 1e-6
+            for fam, k in fallbacks.items():
+                p.fallbacks[fam] = p.fallbacks.get(fam, 0) + k
+        for src in SOURCES:
+            p.by_source[src] *= 1e6
+        return p
 
     def _chunk(self, tokens: int, before: int) -> _Part:
         """A chunk's own ops, priced one by one in plain floats (the same per-op arithmetic as `_price_ops`)."""

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from simulator import presets, roofline
-from simulator.costmodel import CostModel
+from simulator.costmodel import CostModel, Usage
 from simulator.errors import InputError
 from simulator.modeled_profile import write_modeled_profile
-from simulator.ops import Op, expected_experts, profile_shapes, step_ops
+from simulator.ops import Op, expected_experts, profile_shapes, step_lines, step_ops
 from simulator.profile import Profile
 from simulator.scenario import Pool
 from simulator.specs import HardwareSpec, ModelSpec
@@ -383,3 +383,23 @@ def test_a_prompt_alone_is_priced_once_per_length_and_books_each_time() -> None:
     assert again == first
     assert all(cm.usage.seconds[k] == pytest.approx(2 * v) for k, v in once.items())
     assert first == pytest.approx(sum(cm.breakdown(0, 0, 0, [(3000, 0)]).values()), rel=1e-12)
+
+
+@pytest.mark.parametrize("model", [KIMI, GLM5, LLAMA])
+@pytest.mark.parametrize("tables", [False, True])
+def test_a_prompt_alone_has_the_bits_of_its_parts(model: ModelSpec, tables: bool, measured: Profile) -> None:
+    """Whole-prompt steps are priced a block of lengths at a time; each must equal its lines and its first chunk
+    added one by one, in time and in the seconds it books."""
+    pool = Pool(tp=8, weights="int4", kv_cache="bf16")
+    profile = measured if tables else ROOF
+    for tokens in (1, 63, 1023, 1024, 1025, 3000, 20_000):
+        cm, parts = CostModel(model, H200, pool, profile, True), CostModel(model, H200, pool, profile, True)
+        scratch = Usage()
+        us = 0.0
+        for line, x in step_lines(model, 0, ((tokens, 0),)).items():
+            if x:
+                us += parts._lines[line].book(x, scratch)
+        us += parts._first_chunks.book(tokens, scratch)
+        assert cm.step_s(0, 0, 0, [(tokens, 0)]) == us * 1e-6
+        assert cm.usage.seconds == {src: v * 1e6 * 1e-6 for src, v in scratch.seconds.items()}
+        assert cm.usage.fallback_ops == scratch.fallback_ops
