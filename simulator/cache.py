@@ -22,6 +22,9 @@ from simulator.tables import BlockTable, TableStore
 PageKey = int
 
 
+_NO_KEYS = np.zeros(0, dtype=np.int64)  # what a cache without prefix caching looks up
+
+
 class OutOfPages(Exception):
     """Raised when an allocation cannot be covered by free plus evictable pages."""
 
@@ -187,6 +190,19 @@ def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, tag: np.ndarray
 
 
 @njit(cache=True)
+def _hold(keys: np.ndarray, pages: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
+          out: np.ndarray, tpages: np.ndarray, ttags: np.ndarray, lens: np.ndarray, row: int) -> int:
+    """`_acquire` into the empty table in one row of a store, then fresh pages (`_take_span`) up to `pages`; the
+    caller has checked that they fit. Returns the prefix pages reused."""
+    n = _acquire(keys, meta, st, tag, index, out)
+    tpages[row, :n] = out[0, :n]
+    ttags[row, :n] = out[1, :n]
+    lens[row] = n
+    _take_span(pages - n, meta, st, tag, index, out, tpages, ttags, lens, row)
+    return n
+
+
+@njit(cache=True)
 def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st: np.ndarray,
              index: np.ndarray) -> None:
     """Key the leading pages of the table in one row of a store: a page keeps its first key, a key its first
@@ -273,23 +289,22 @@ class PagedCache:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
         return _match(keys, self._index) if self.prefix_caching else 0
 
-    def admission_cost(self, keys: np.ndarray, pages: int) -> int:
-        """How much of `available` holding a `pages`-page sequence takes: its fresh pages, plus the cached prefix
-        pages it reuses that nobody holds now (they stop being evictable)."""
+    def hold(self, table: BlockTable, keys: np.ndarray, pages: int, reserve: int = 0) -> int:
+        """Give an empty table a new sequence's `pages` pages — the cached leading pages of `keys` shared, the rest
+        fresh — if they fit with `reserve` pages to spare. Returns the prefix pages reused, or -1 (then nothing
+        changed)."""
+        assert table.store is None, "hold fills an empty table"
         if not self.prefix_caching:
-            return pages
-        return _admission_cost(keys, pages, self._index, self._st)
-
-    def acquire_prefix(self, table: BlockTable, keys: np.ndarray) -> int:
-        """Share the cached leading pages of `keys` into an empty table; returns pages reused."""
-        if not self.prefix_caching:
-            return 0
-        before = self._meta[N_CACHED]
-        n = _acquire(keys, self._meta, self._st, self.tag, self._index, self._out)
-        if n:
-            self.available -= int(before - self._meta[N_CACHED])
-            table.attach(self.store)
-            table.extend(self._out[0, :n], self._out[1, :n])
+            keys = _NO_KEYS
+        cost = _admission_cost(keys, pages, self._index, self._st)
+        if cost + reserve > self.available:
+            return -1
+        table.attach(self.store)
+        store = self.store
+        store.fit(pages)
+        n = _hold(keys, pages, self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags,
+                  store.lens, table.row)
+        self.available -= cost
         self.hit_tokens += n * self.page_size
         return n
 

@@ -402,10 +402,12 @@ class Simulation:
         """
         tr = self.sc.deployment.transfer
         dst.settle(t)
-        while dst.pending and dst.sched.can_take_kv(dst.pending[0][0]):
-            dseq, pseq, src = dst.next_transfer()
+        while dst.pending:
             avail = dst.cache.available
-            cached = dst.sched.take_kv(dseq)
+            cached = dst.sched.take_kv(dst.pending[0][0])
+            if cached is None:
+                break
+            dseq, pseq, src = dst.next_transfer()
             dst.stats.pages_changed(t, avail - dst.cache.available)
             self.records[dseq.req.id].cached_tokens = cached
             tokens = dseq.req.prompt_tokens - cached

@@ -200,16 +200,15 @@ class Scheduler:
         Σ (target − cached) over the waiting and prefilling sequences, kept as they change."""
         return self._queued
 
-    def can_take_kv(self, seq: Seq) -> bool:
-        """Disaggregated decode: can this instance hold the transferred prompt plus growth room now?"""
-        cost = self.cache.admission_cost(seq.keys, self._pages(seq.target))
-        return len(self.running) < self.max_running and cost + self.reserve_pages <= self.cache.available
-
-    def take_kv(self, seq: Seq) -> int:
-        """Hold the pages for a transferred prompt (from the start of the transfer); returns cached tokens."""
-        hit = self.cache.acquire_prefix(seq.table, seq.keys)
+    def take_kv(self, seq: Seq) -> int | None:
+        """Disaggregated decode: hold the pages of a transferred prompt (from the start of the transfer) if this
+        instance has room for it plus growth room now; returns the tokens found cached, or None (no room)."""
+        if len(self.running) >= self.max_running:
+            return None
+        hit = self.cache.hold(seq.table, seq.keys, self._pages(seq.target), self.reserve_pages)
+        if hit < 0:
+            return None
         self.cache.note_lookup(seq.req.prompt_tokens)
-        self.cache.allocate(seq.table, self._pages(seq.target) - hit)
         seq.computed = seq.target
         seq.status = "transfer"
         self._admit(seq)
@@ -356,11 +355,6 @@ class Scheduler:
             self._joining.clear()
         return self.batch.seqs
 
-    def _grow(self, seq: Seq, tokens: int) -> None:
-        need = self._pages(tokens) - seq.table.n
-        if need > 0:
-            self.cache.allocate(seq.table, need)
-
     def _pages(self, tokens: int) -> int:
         return -(-tokens // self.cache.page_size)
 
@@ -372,20 +366,19 @@ class Scheduler:
         self.running.append(seq)
 
     def _admit_waiting(self) -> None:
+        reserve = 0 if self.prefill_only else self.reserve_pages
         while self.waiting and len(self.running) < self.max_running:
             seq = self.waiting[0]
-            reserve = 0 if self.prefill_only else self.reserve_pages
-            if self.cache.admission_cost(seq.keys, self._pages(seq.target)) + reserve > self.cache.available:
+            hit = self.cache.hold(seq.table, seq.keys, self._pages(seq.target), reserve)
+            if hit < 0:
                 break  # FCFS: the head waits for pages, nobody overtakes it
             self.waiting.popleft()
-            hit = self.cache.acquire_prefix(seq.table, seq.keys)
             if seq.generated == 0:
                 self.cache.note_lookup(seq.req.prompt_tokens)
             seq.computed = hit * self.cache.page_size
             if seq.computed >= seq.target:  # whole prompt cached: recompute the last token
                 seq.computed = seq.target - 1
             self._queued -= seq._computed
-            self._grow(seq, seq.target)
             seq.status = "prefill"
             self._admit(seq)
 

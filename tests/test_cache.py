@@ -30,11 +30,10 @@ class CacheMachine(RuleBasedStateMachine):
                                                                          for j in range(extra))
         keys = page_keys(blocks, PAGE, PAGE, len(blocks) * PAGE)
         table = BlockTable()
-        hit = self.cache.acquire_prefix(table, keys)
-        try:
-            self.cache.allocate(table, len(keys) - hit)
-        except OutOfPages:
-            self.cache.release(table)
+        before = (self.cache.available, self.cache.free_pages(), self.cache.cached_pages())
+        if self.cache.hold(table, keys, len(keys)) < 0:  # no room: nothing may have changed
+            assert (self.cache.available, self.cache.free_pages(), self.cache.cached_pages()) == before
+            assert table.n == 0
             return
         self.cache.publish(table, keys)
         self.live[self.next_id] = (table, keys)
@@ -91,6 +90,10 @@ class CacheMachine(RuleBasedStateMachine):
         assert not (free & cached) and not (free & held) and not (cached & held)
         assert len(free) + len(cached) + len(held) == self.cache.num_pages
         assert len(free) == len(self.cache.free_pages()), "a page is on the free list twice"
+
+    @invariant()
+    def available_is_free_plus_evictable(self) -> None:
+        assert self.cache.available == len(self.cache.free_pages()) + len(self.cache.cached_pages())
 
     @invariant()
     def prefix_hits_only_on_identical_keys(self) -> None:

@@ -39,8 +39,7 @@ def _run_decode(rate: float, kinds: list[str], seed: int, steps: int = 200) -> t
     def admit() -> None:  # a request arriving with its KV already transferred (disaggregated decode)
         seq = sched.new_seq(Request(next(ids), 0.0, 1600, 10_000), 1600, 9_999)
         seq.generated = 1
-        assert sched.can_take_kv(seq)
-        sched.take_kv(seq)
+        assert sched.take_kv(seq) is not None
         sched.start_decode(seq)
 
     for _ in range(64):
