@@ -33,7 +33,7 @@ from simulator.scheduler import Plan, Scheduler, Seq, StepEvents
 from simulator.traffic import TrafficSource, make_source
 
 
-@dataclass
+@dataclass(slots=True)
 class Record:
     """One request's outcome; times in seconds since the start of the run."""
 
@@ -300,6 +300,10 @@ class Simulation:
                 insts.append(Instance(self, name, i, pool, cache, sched, cost))
             self.pools[name] = insts
         self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
+        # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
+        room = {name: insts[0].cache.num_pages * insts[0].cache.page_size for name, insts in self.pools.items()}
+        self._max_prompt = room.get("prefill", room["decode"])
+        self._max_total = room["decode"]
         self.done = 0
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
 
@@ -338,12 +342,7 @@ class Simulation:
 
     def _can_ever_fit(self, req: Request) -> bool:
         """The prompt must fit an empty prefill instance, and prompt + output an empty decode instance."""
-        full = req.prompt_tokens + req.output_tokens
-        for name, insts in self.pools.items():
-            cache = insts[0].cache
-            if -(-(req.prompt_tokens if name == "prefill" else full) // cache.page_size) > cache.num_pages:
-                return False
-        return True
+        return req.prompt_tokens <= self._max_prompt and req.prompt_tokens + req.output_tokens <= self._max_total
 
     def _finished(self, req: Request, t: float) -> None:
         self.done += 1

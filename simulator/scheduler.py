@@ -113,7 +113,7 @@ class Plan:
         return not self.prefill and not self.decode
 
 
-@dataclass
+@dataclass(slots=True)
 class StepEvents:
     """What k applied steps produced; step indices are 0-based within the k steps."""
 
@@ -241,7 +241,7 @@ class Scheduler:
                 break
             self._preempt_newest()
         budget = self.max_batch_tokens - len(plan.decode)
-        if len(self.running) > len(plan.decode):  # some sequence is not decoding: maybe prefilling
+        if self._queued and len(self.running) > len(plan.decode):  # prompt tokens queued here: maybe prefilling
             for seq in self.running:
                 if seq.status == "prefill" and budget > 0:
                     chunk = min(seq.target - seq.computed, self.chunk_size, budget)
@@ -288,10 +288,10 @@ class Scheduler:
 
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
-        for seq, chunk in plan.prefill:  # prefill plans are one step long
-            seq.computed += chunk
+        for seq, chunk in plan.prefill:  # prefill plans are one step long; a prefilling sequence is not in the batch
+            seq._computed += chunk
             self._queued -= chunk
-            if seq.computed < seq.target:
+            if seq._computed < seq.target:
                 continue
             self.cache.publish(seq.table, seq.keys)
             if self.prefill_only:
@@ -398,6 +398,8 @@ class Scheduler:
 
     def _check_integrity(self) -> None:
         batch = self._decode_batch()
+        if not batch:
+            return
         if self.injector is not None:
             for i, seq in enumerate(batch):
                 if seq.fault_in == 0 and seq.fault is None:
