@@ -271,15 +271,16 @@ class _Line:
                 ops[fam] += k[x]
         return self.us[x]
 
-    def values(self, xs: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def values(self, xs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Microseconds, microseconds by source and fallback op counts at each count of `xs`; zero where a
         count is 0 (a step with no such rows skips the line)."""
-        for block in {x // LINE_BLOCK for x in xs}:
+        for block in np.unique(xs // LINE_BLOCK).tolist():
             if block >= len(self.done) or not self.done[block]:
                 self._fill(block)
+        lo, hi = int(xs.min()), int(xs.max()) + 1
 
         def pick(col: list[float] | list[int]) -> np.ndarray:
-            return np.array([col[x] if x else 0 for x in xs], dtype=float)
+            return np.where(xs > 0, np.array(col[lo:hi], dtype=float)[xs - lo], 0.0)
 
         by_source = {"table": pick(self.table), "fallback": pick(self.fallback), "collective": pick(self.collective)}
         return pick(self.us), by_source, {fam: pick(k).astype(np.int64) for fam, k in self.fallbacks.items()}
@@ -452,11 +453,10 @@ class CostModel:
         zero), so each length gets the bits pricing it part by part gives. By source, the parts' seconds are
         summed in that order and the sum kept in microseconds, as booking the parts into a fresh usage and
         reading it back would."""
-        lengths = xs.tolist()
-        counts = [step_lines(self.model, 0, ((x, 0),)) for x in lengths]
-        parts = [(self._lines[line], [c[line] for c in counts]) for line in LINES]
-        parts.append((self._first_chunks, lengths))
         n = xs.size
+        counts = step_lines(self.model, 0, ((xs, 0),))  # each an array over xs, or one count for all
+        parts = [(self._lines[line], np.broadcast_to(counts[line], (n,))) for line in LINES]
+        parts.append((self._first_chunks, xs))
         p = _Priced(np.zeros(n), {src: np.zeros(n) for src in SOURCES}, {}, {})
         for part, at in parts:
             us, by_source, fallbacks = part.values(at)

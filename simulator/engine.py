@@ -223,15 +223,21 @@ class Instance:
             avail = cache.available
             plan = sched.schedule()
             st.pages_changed(self.clock, avail - cache.available)
-            self.sim.after_schedule(self)
             if plan.empty:
+                self.sim.after_schedule(self)
                 yield from self._sleep()
                 continue
+            # The first step starts now and takes its pages before anything else may: transfers waiting for
+            # room (started by `after_schedule`) get what is left, and the run is as long as that leaves room for.
+            self._run_plan, self._run_ends, self._run_start = plan, [], self.clock
+            self._run_growth = sched.growth(plan, 1).tolist() if plan.decode else None
+            self._book_to(1)
+            self.sim.after_schedule(self)
             n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
             ends, priced = self._price(plan, n)
-            self._run_plan, self._run_ends, self._run_start = plan, ends, self.clock
-            self._run_growth = sched.growth(plan, n).tolist() if plan.decode else None
-            self._book_to(1)  # the first step starts now
+            self._run_ends = ends
+            if plan.decode:
+                self._run_growth = sched.growth(plan, n).tolist()
             m = n
             if n == 1:  # nothing can cut a single step short: no wake-up to arm
                 self.wake = None
@@ -427,6 +433,7 @@ class Simulation:
         self._release(src, pseq, end)
         if src.sched.waiting:  # freed pages may admit the head of its queue; else there is nothing to decide
             src.notify(end)
+        dst.settle(end)  # publishing its prefix keys comes after the evictions of the steps started by now
         dst.sched.start_decode(dseq)
         self.records[dseq.req.id].first_token = end
         dst.notify(end)

@@ -257,8 +257,9 @@ class Scheduler:
         if self.injector is not None and plan.first_fault >= 0:
             n = min(n, max(1, plan.first_fault - self.steps))
         new_pages = self.growth(plan, n)
-        if new_pages[-1] > self.cache.available:
-            n = max(1, int(np.searchsorted(new_pages, self.cache.available, side="right")))
+        room = self.cache.available + (int(new_pages[plan.booked - 1]) if plan.booked else 0)  # + pages booked
+        if new_pages[-1] > room:
+            n = max(1, int(np.searchsorted(new_pages, room, side="right")))
         return n
 
     def growth(self, plan: Plan, n: int) -> np.ndarray:
