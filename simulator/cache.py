@@ -289,6 +289,11 @@ class PagedCache:
         """How many leading pages of `keys` are cached (no side effects; routing uses it)."""
         return _match(keys, self._index) if self.prefix_caching else 0
 
+    def cost(self, keys: np.ndarray, pages: int) -> int:
+        """How much of `available` holding a `pages`-page sequence with these prefix keys takes: its fresh pages,
+        plus the cached prefix pages it reuses that nobody holds now (they stop being evictable). No side effects."""
+        return _admission_cost(keys if self.prefix_caching else _NO_KEYS, pages, self._index, self._st)
+
     def hold(self, table: BlockTable, keys: np.ndarray, pages: int, reserve: int = 0) -> int:
         """Give an empty table a new sequence's `pages` pages — the cached leading pages of `keys` shared, the rest
         fresh — if they fit with `reserve` pages to spare. Returns the prefix pages reused, or -1 (then nothing
@@ -296,7 +301,7 @@ class PagedCache:
         assert table.store is None, "hold fills an empty table"
         if not self.prefix_caching:
             keys = _NO_KEYS
-        cost = _admission_cost(keys, pages, self._index, self._st)
+        cost = self.cost(keys, pages)
         if cost + reserve > self.available:
             return -1
         table.attach(self.store)

@@ -256,11 +256,21 @@ class Scheduler:
         n = min(limit, plan.first_end - self.steps)
         if self.injector is not None and plan.first_fault >= 0:
             n = min(n, max(1, plan.first_fault - self.steps))
+        if n > 1 and self.waiting and self._head_fits():
+            return 1  # pages freed by this plan's preemptions admit the head of the queue at the next step
         new_pages = self.growth(plan, n)
         room = self.cache.available + (int(new_pages[plan.booked - 1]) if plan.booked else 0)  # + pages booked
         if new_pages[-1] > room:
             n = max(1, int(np.searchsorted(new_pages, room, side="right")))
         return n
+
+    def _head_fits(self) -> bool:
+        """Whether the head of the queue would be admitted now. Inside a run of decode steps pages are only taken,
+        never freed, so if it does not fit at a run's first step it fits at none of the run's later ones."""
+        seq = self.waiting[0]
+        reserve = 0 if self.prefill_only else self.reserve_pages
+        return (len(self.running) < self.max_running
+                and self.cache.cost(seq.keys, self._pages(seq.target)) + reserve <= self.cache.available)
 
     def growth(self, plan: Plan, n: int) -> np.ndarray:
         """Cumulative new pages the decode batch needs after each of its next n steps (O(n + batch)), computed

@@ -67,9 +67,15 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
          "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 30.0, "seed": 0, "traffic.sessions.turns": 4,
          "traffic.sessions.think_time_s": 0.2,
          "traffic.output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.6, "max": 3000}},
+        # pages a plan's preemption frees admit the head of the queue at the next step: a run must stop there
+        {"deployment.decode.instances": 2, "deployment.decode.mem_fraction": 0.13, "deployment.decode.page_size": 1,
+         "deployment.decode.decode_reserve_tokens": 0, "deployment.decode.max_running": 32,
+         "deployment.decode.chunk_size": 256, "deployment.prefill.instances": 2, "routing.policy": "least_kv",
+         "traffic.rate": 12.0, "traffic.sessions.think_time_s": 0.3, "traffic.sessions.turns": 4, "seed": 626,
+         "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.7, "max": 3000}},
     ],
     ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption",
-         "transfers-after-preemption"],
+         "transfers-after-preemption", "admission-after-preemption"],
 )
 def test_segments_and_single_steps_give_identical_timelines(
     over: dict[str, Any], request: pytest.FixtureRequest
