@@ -25,9 +25,12 @@ NEVER = 1 << 62  # the end of an empty batch
 @njit(cache=True)
 def _insert(a: np.ndarray, n: int, order: int, row: int, cls: int, end: int, fault: int) -> int:
     """Put a sequence at its place by admission order among the first n; returns the place."""
-    i = np.searchsorted(a[ORDER, :n], order)
-    for j in range(n, i, -1):
-        a[:, j] = a[:, j - 1]
+    i = n
+    while i > 0 and a[ORDER, i - 1] > order:
+        i -= 1
+    for f in range(a.shape[0]):
+        for j in range(n, i, -1):
+            a[f, j] = a[f, j - 1]
     a[ORDER, i] = order
     a[ROW, i] = row
     a[CLS, i] = cls
@@ -39,10 +42,13 @@ def _insert(a: np.ndarray, n: int, order: int, row: int, cls: int, end: int, fau
 @njit(cache=True)
 def _remove(a: np.ndarray, n: int, order: int) -> int:
     """Take out the sequence of this admission order; returns where it was."""
-    i = np.searchsorted(a[ORDER, :n], order)
-    assert i < n and a[ORDER, i] == order, "not in the batch"
-    for j in range(i, n - 1):
-        a[:, j] = a[:, j + 1]
+    i = 0
+    while i < n and a[ORDER, i] != order:
+        i += 1
+    assert i < n, "not in the batch"
+    for f in range(a.shape[0]):
+        for j in range(i, n - 1):
+            a[f, j] = a[f, j + 1]
     return i
 
 
@@ -163,8 +169,8 @@ class DecodeBatch:
     def due(self, at: int, need: np.ndarray, b: int, k: int, pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows that take a page at steps b..k-1 of a plan made at step count `at` (`pages` of them), and the
         steps that take pages with how many each."""
-        steps, counts = np.empty(k - b, dtype=np.int64), np.empty(k - b, dtype=np.int64)
-        rows = np.empty(pages, dtype=np.int64)
+        buf = np.empty(2 * (k - b) + pages, dtype=np.int64)
+        steps, counts, rows = buf[: k - b], buf[k - b : 2 * (k - b)], buf[2 * (k - b) :]
         m = _due(self._a, len(self.seqs), at, need, b, k, steps, counts, rows)
         return rows, steps[:m], counts[:m]
 

@@ -271,14 +271,16 @@ class PagedCache:
     def allocate_rows(self, rows: np.ndarray) -> None:
         """One fresh page appended to the table in each listed row of the store, in list order (a decode step's
         growth; a row listed twice gets two). The tables hold pages already, so they have rows."""
-        self._check_room(len(rows))
+        if len(rows) > self.available:
+            raise OutOfPages
         store = self.store
         self.available -= len(rows)
-        args = (self._meta, self._st, self.tag, self._index, self._out)
-        width = _take_rows(*args, store.pages, store.tags, store.lens, rows)
+        width = _take_rows(self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags,
+                           store.lens, rows)
         if width:  # the store grows first; nothing was taken
             store.fit(width)
-            _take_rows(*args, store.pages, store.tags, store.lens, rows)
+            _take_rows(self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags, store.lens,
+                       rows)
 
     def _check_room(self, count: int) -> None:
         """Raise before anything changes if free plus evictable pages cannot cover `count`."""

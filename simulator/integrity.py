@@ -57,7 +57,9 @@ def check_rows(rows: np.ndarray, cache: PagedCache) -> tuple[list[Violation], in
     store = cache.store
     out = np.empty((len(rows), 2), dtype=np.int64)
     k, total = _first_bad(store.pages, store.tags, store.lens, cache.tag, rows, cache.num_pages, out)
-    violations = []
+    violations: list[Violation] = []
+    if not k:
+        return violations, total
     for i, slot in out[:k].tolist():
         valid = 0 <= store.pages[rows[i], slot] < cache.num_pages
         violations.append(Violation(i, slot, "tag_mismatch" if valid else "invalid_page"))

@@ -113,14 +113,17 @@ class Plan:
         return not self.prefill and not self.decode
 
 
-@dataclass(slots=True)
 class StepEvents:
-    """What k applied steps produced; step indices are 0-based within the k steps."""
+    """What k applied steps produced; step indices are 0-based within the k steps. (A plain class: one is made
+    per run of steps, and a dataclass's default factories cost more than the lists.)"""
 
-    first_tokens: list[tuple[Seq, int]] = field(default_factory=list)
-    finished: list[tuple[Seq, int]] = field(default_factory=list)  # completed on this instance
-    prefilled: list[tuple[Seq, int]] = field(default_factory=list)  # prefill-only: KV ready to transfer
-    checked_pages: int = 0
+    __slots__ = ("first_tokens", "finished", "prefilled", "checked_pages")
+
+    def __init__(self) -> None:
+        self.first_tokens: list[tuple[Seq, int]] = []
+        self.finished: list[tuple[Seq, int]] = []  # completed on this instance
+        self.prefilled: list[tuple[Seq, int]] = []  # prefill-only: KV ready to transfer
+        self.checked_pages = 0
 
 
 @dataclass(frozen=True)
