@@ -215,29 +215,33 @@ class Instance:
         self.clock = max(self.clock, self.wake_at)
 
     def _loop(self):
-        env, sched, st, cache = self.env, self.sched, self.stats, self.cache
+        env, sched, st, cache, sim = self.env, self.sched, self.stats, self.cache, self.sim
         while True:
             if not (sched.waiting or sched.running or self.pending):  # nothing to decide
                 yield from self._sleep()
                 continue
             avail = cache.available
             plan = sched.schedule()
-            st.pages_changed(self.clock, avail - cache.available)
-            if plan.empty:
-                self.sim.after_schedule(self)
+            if avail != cache.available:  # preemptions' and aborts' releases
+                st.pages_changed(self.clock, avail - cache.available)
+            decode = plan.decode
+            if not (decode or plan.prefill):
+                sim.after_schedule(self)
                 yield from self._sleep()
                 continue
             # The first step starts now and takes its pages before anything else may: transfers waiting for
             # room (started by `after_schedule`) get what is left, and the run is as long as that leaves room for.
             self._run_plan, self._run_ends, self._run_start = plan, [], self.clock
-            self._run_growth = sched.growth(plan, 1).tolist() if plan.decode else None
-            self._book_to(1)
-            self.sim.after_schedule(self)
-            n = 1 if self.sim.step_mode else sched.steps_until_change(plan)
+            if decode:
+                self._run_growth = [int(plan.need[0])]  # the pages of the first step (need is per coming step)
+                self._book_to(1)
+            if sched.aborted or self.pending:
+                sim.after_schedule(self)
+            n = 1 if sim.step_mode else sched.steps_until_change(plan)
             ends, priced = self._price(plan, n)
             self._run_ends = ends
-            if plan.decode:
-                self._run_growth = sched.growth(plan, n).tolist()
+            if n > 1:
+                self._run_growth = plan.growth[:n].tolist()  # type: ignore[index]
             m = n
             if n == 1:  # nothing can cut a single step short: no wake-up to arm
                 self.wake = None
@@ -252,18 +256,23 @@ class Instance:
                         yield env.timeout(ends[m - 1] - env.now)
             if priced is not None:
                 priced.book(m, self.cost.usage)
-            self._book_to(m)
+            if decode:
+                self._book_to(m)
             self._run_plan = self._run_growth = None
             avail = cache.available
             ev = sched.advance(plan, m)
             end = ends[m - 1]
-            st.pages_changed(end, avail - cache.available)  # completions' releases
+            if avail != cache.available:  # completions' releases
+                st.pages_changed(end, avail - cache.available)
             st.busy_s += end - self.clock
             st.steps += m
-            st.decode_seq_steps += m * len(plan.decode)
-            st.max_batch = max(st.max_batch, len(plan.decode))
+            if decode:
+                st.decode_seq_steps += m * len(decode)
+                if len(decode) > st.max_batch:
+                    st.max_batch = len(decode)
             self.clock = end
-            self.sim.on_events(self, ev, ends)
+            if ev.finished or ev.prefilled or ev.first_tokens or self.pending:
+                sim.on_events(self, ev, ends)
 
 
 class Simulation:

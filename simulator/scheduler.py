@@ -229,18 +229,19 @@ class Scheduler:
     # -- scheduling --------------------------------------------------------------------------------
     def schedule(self) -> Plan:
         self._check_integrity()
-        self._admit_waiting()
+        if self.waiting:
+            self._admit_waiting()
         plan = Plan()
         while True:
-            plan.decode = self._decode_batch()
-            if not plan.decode:
+            plan.decode = decode = self.batch.seqs  # with the sequences that joined (placed by the check)
+            if not decode:
                 break
             at = self.steps
-            plan.need = np.empty(self.cache.page_size, dtype=np.int64)
-            plan.pages0, plan.first_end, plan.first_fault = self.batch.summary(self.cache.store.lens, at, plan.need)
-            if plan.need[0] <= self.cache.available:
+            plan.need = need = np.empty(self.cache.page_size, dtype=np.int64)
+            plan.pages0, plan.first_end, plan.first_fault = self.batch.summary(self.cache.store.lens, at, need)
+            if need[0] <= self.cache.available:
                 plan.at = at
-                plan.ctx0 = self._ctx_base + len(plan.decode) * at
+                plan.ctx0 = self._ctx_base + len(decode) * at
                 break
             self._preempt_newest()
         budget = self.max_batch_tokens - len(plan.decode)
@@ -327,13 +328,14 @@ class Scheduler:
         return ev
 
     def _advance_decode(self, plan: Plan, k: int, ev: StepEvents) -> None:
+        if k > plan.booked:
+            self.book(plan, k)
         if self.tracker.enabled:  # the pages read at each of the k steps
             self.growth(plan, k)
             assert plan.grown is not None
             ev.checked_pages = k * plan.pages0 + int(plan.grown[k - 1])
             self.counters.checked_pages += ev.checked_pages
         self.steps += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
-        self.book(plan, k)
         if plan.first_end <= self.steps:
             for seq in self.batch.ended(self.steps):
                 self._finish(seq, k - 1, ev)
@@ -357,17 +359,15 @@ class Scheduler:
                 seq._settle()
         seq.status = status
 
-    def _decode_batch(self) -> list[Seq]:
-        """The decode batch in running order. A sequence that became ready mid-run (its transfer finished)
-        joins here, at the step count the run ended on."""
-        if self._joining:
-            at = self.steps
-            for seq in self._joining:
-                seq._origin = at
-                self._ctx_base += seq._computed - at
-                self.batch.join(seq, at)
-            self._joining.clear()
-        return self.batch.seqs
+    def _place_joining(self) -> None:
+        """Sequences that became ready to decode (a transfer finished mid-run) join the batch here, at the step
+        count the run ended on: the next plan is the first to run them."""
+        at = self.steps
+        for seq in self._joining:
+            seq._origin = at
+            self._ctx_base += seq._computed - at
+            self.batch.join(seq, at)
+        self._joining.clear()
 
     def _pages(self, tokens: int) -> int:
         return -(-tokens // self.cache.page_size)
@@ -411,7 +411,9 @@ class Scheduler:
         self._queued += victim.target
 
     def _check_integrity(self) -> None:
-        batch = self._decode_batch()
+        if self._joining:
+            self._place_joining()
+        batch = self.batch.seqs
         if not batch:
             return
         if self.injector is not None:
