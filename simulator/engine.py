@@ -119,9 +119,6 @@ class Instance:
         self.env.process(self._loop())
 
     # -- what routing reads --------------------------------------------------------------------------
-    def queued_tokens(self) -> int:
-        return self.sched.queued_tokens()
-
     def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:
         """A prefilled request waits here (FCFS) for room to start its KV transfer."""
         self.pending.append((dseq, pseq, src))
@@ -167,7 +164,9 @@ class Instance:
     def settle(self, t: float) -> None:
         """Book the pages of the run's steps that started by time t, before anything else touches the cache."""
         if self._run_growth is not None:
-            self._book_to(self._started(t))
+            k = self._started(t)
+            if k > self._run_plan.booked:  # type: ignore[union-attr]
+                self._book_to(k)
 
     def _book_to(self, k: int) -> None:
         """Book the run's first k steps; most calls find them booked or taking no page, and stop here."""
@@ -186,8 +185,7 @@ class Instance:
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages."""
-        plan = self._run_plan
-        return plan is not None and self._unbooked(len(self._run_ends)) > self.cache.available
+        return self._run_plan is not None and self._unbooked(len(self._run_ends)) > self.cache.available
 
     def notify(self, at: float) -> None:
         self.wake_at = max(self.wake_at, at)
@@ -201,8 +199,11 @@ class Instance:
         chunks is always a run of one, so it is booked at once."""
         if plan.prefill:
             d = plan.decode
-            chunks = [(c, s.computed) for s, c in plan.prefill]
-            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            chunks = [(c, s._computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
+            if d:
+                t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            else:
+                t = self.cost.step_s(0, 0, 0, chunks)
             return [self.clock + t], None
         growth = self.sched.growth(plan, n)
         priced, ends = self.cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, self.clock)
@@ -321,6 +322,8 @@ class Simulation:
         self._max_total = room["decode"]
         self.done = 0
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
+        tr = sc.deployment.transfer
+        self._link_latency_s, self._link_bytes_per_s = tr.latency_ms / 1e3, tr.bandwidth_gbs * 1e9
 
     def _transfer_bytes_per_token(self) -> float:
         """Bytes of one token's KV that cross the link: the prefill pool's cache format, one copy of every KV
@@ -403,8 +406,8 @@ class Simulation:
             return
         dst = self.router.decode(self.pools["decode"], req, t)
         same_pages = dst.cache.page_size == src.cache.page_size
-        dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None)
-        dseq.generated = 1
+        dseq = dst.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None,
+                                 generated=1)  # the prefill's step sampled the first token
         dst.queue_transfer(dseq, pseq, src)
         self.try_transfers(dst, t)
 
@@ -414,7 +417,6 @@ class Simulation:
         Pages are held on the decode side from the start of the transfer; the link moves one prompt at a
         time (latency + bytes / bandwidth), in the order the transfers started.
         """
-        tr = self.sc.deployment.transfer
         dst.settle(t)
         while dst.pending:
             avail = dst.cache.available
@@ -426,7 +428,7 @@ class Simulation:
             self.records[dseq.req.id].cached_tokens = cached
             tokens = dseq.req.prompt_tokens - cached
             start = max(t, dst.link_free)
-            dst.link_free = start + tr.latency_ms / 1e3 + tokens * self.kv_bytes_transfer / (tr.bandwidth_gbs * 1e9)
+            dst.link_free = start + self._link_latency_s + tokens * self.kv_bytes_transfer / self._link_bytes_per_s
             end = dst.link_free
             done = self.env.timeout(max(0.0, end - self.env.now))
             done.callbacks.append(lambda _, a=(dst, dseq, pseq, src, end): self._transfer_done(*a))

@@ -17,8 +17,6 @@ class Routable(Protocol):
     index: int
     sched: Scheduler
 
-    def queued_tokens(self) -> int: ...
-
     def used_pages(self, t: float) -> int: ...
 
     def kv_load(self, t: float) -> int: ...
@@ -47,8 +45,8 @@ class Router:
         if self.policy == "session_affinity" and (slot := _session_slot(req, len(pool))) is not None:
             return pool[slot]
         if self.policy in ("prefix_aware", "session_affinity"):
-            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.queued_tokens(), i.index))
-        return _least(pool, [i.queued_tokens() for i in pool])
+            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.sched.queued_tokens(), i.index))
+        return _least(pool, [i.sched.queued_tokens() for i in pool])
 
     def decode(self, pool: Sequence[Routable], req: Request, t: float) -> Routable:
         """The decode instance for `req` at time t (load is read as of t, also mid-run)."""

@@ -185,9 +185,13 @@ class Scheduler:
         self._queued = 0  # `queued_tokens`
 
     # -- entry points ------------------------------------------------------------------------------
-    def new_seq(self, req: Request, target: int, remaining: int, keys: np.ndarray | None = None) -> Seq:
-        """`keys`: the request's page keys if already known for this page size (the prefill instance's)."""
-        return Seq(req, target, self, remaining, self.keys_for(req) if keys is None else keys)
+    def new_seq(self, req: Request, target: int, remaining: int, keys: np.ndarray | None = None,
+                generated: int = 0) -> Seq:
+        """`keys`: the request's page keys if already known for this page size (the prefill instance's);
+        `generated`: output tokens it produced elsewhere (a transferred request's first)."""
+        seq = Seq(req, target, self, remaining, self.keys_for(req) if keys is None else keys)
+        seq._generated = generated
+        return seq
 
     def keys_for(self, req: Request) -> np.ndarray:
         return page_keys(req.blocks, req.block_tokens, self.cache.page_size, req.prompt_tokens)
