@@ -29,9 +29,12 @@ def _occupancy(sim: Simulation, end: float) -> dict[str, Any]:
     mean_total, peak, series = 0.0, 0.0, np.zeros(SERIES_POINTS + 1)
     for inst in insts:
         t, d = inst.stats.page_changes()
-        order = np.argsort(t, kind="stable")
-        times, first = np.unique(t[order], return_index=True)  # same-time changes are summed before any max
-        sums = np.add.reduceat(d[order], first) if t.size else np.zeros(0, dtype=np.int64)
+        times, sums = t, np.zeros(0, dtype=np.int64)
+        if t.size:  # same-time changes are summed before any max
+            order = np.argsort(t, kind="stable")
+            ts = t[order]
+            first = np.flatnonzero(np.concatenate(([True], ts[1:] != ts[:-1])))  # each time's first change
+            times, sums = ts[first], np.add.reduceat(d[order], first)
         v = np.concatenate([[0], np.cumsum(sums)]) / inst.cache.num_pages
         times = np.concatenate([[0.0], times, [end]])
         dt = np.diff(np.clip(times, 0, end))

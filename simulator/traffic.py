@@ -160,24 +160,14 @@ class SyntheticSource(TrafficSource):
             self._sessions += n
         shared, k = self._shared, len(self._shared)
         users, outputs = self._prompts.take(n), self._outputs.take(n)
-        rows = zip(ids, arrivals, users, outputs, streams, sessions, clients, strict=True)
-        reqs = []
-        for i, a, u, o, st, se, c in rows:
-            p = self._traffic.shared_prefix_tokens + u
-            own = stream_blocks(stream_key(self._root, st), k, p // BLOCK_TOKENS)
-            reqs.append(
-                Request(
-                    id=i,
-                    arrival=a,
-                    prompt_tokens=p,
-                    output_tokens=o,
-                    session=se,
-                    client=c,
-                    blocks=shared + own,
-                    block_tokens=BLOCK_TOKENS,
-                )
-            )
-        return reqs
+        keys = stream_key(np.uint64(self._root), np.arange(streams.start, streams.stop, dtype=np.uint64)).tolist()
+        base = self._traffic.shared_prefix_tokens
+        rows = zip(ids, arrivals, users, outputs, keys, sessions, clients, strict=True)
+        return [
+            Request(id=i, arrival=a, prompt_tokens=base + u, output_tokens=o, session=se, client=c,
+                    blocks=shared + stream_blocks(key, k, (base + u) // BLOCK_TOKENS), block_tokens=BLOCK_TOKENS)
+            for i, a, u, o, key, se, c in rows
+        ]
 
     def _next_turn(self, req: Request, at: float) -> Request:
         """The prompt grows by the last answer and a new user message; the earlier blocks stay its prefix."""
