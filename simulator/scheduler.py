@@ -216,7 +216,7 @@ class Scheduler:
         if hit < 0:
             return None
         self.cache.note_lookup(seq.req.prompt_tokens)
-        seq.computed = seq.target
+        seq._computed = seq.target  # (a transferring sequence is not in the batch)
         seq.status = "transfer"
         self._admit(seq)
         return hit * self.cache.page_size
@@ -252,7 +252,7 @@ class Scheduler:
         if self._queued and len(self.running) > len(plan.decode):  # prompt tokens queued here: maybe prefilling
             for seq in self.running:
                 if seq.status == "prefill" and budget > 0:
-                    chunk = min(seq.target - seq.computed, self.chunk_size, budget)
+                    chunk = min(seq.target - seq._computed, self.chunk_size, budget)  # (not in the batch)
                     plan.prefill.append((seq, chunk))
                     budget -= chunk
         return plan
@@ -393,9 +393,9 @@ class Scheduler:
             self.waiting.popleft()
             if seq.generated == 0:
                 self.cache.note_lookup(seq.req.prompt_tokens)
-            seq.computed = hit * self.cache.page_size
-            if seq.computed >= seq.target:  # whole prompt cached: recompute the last token
-                seq.computed = seq.target - 1
+            seq._computed = hit * self.cache.page_size  # a waiting sequence is not in the batch
+            if seq._computed >= seq.target:  # whole prompt cached: recompute the last token
+                seq._computed = seq.target - 1
             self._queued -= seq._computed
             seq.status = "prefill"
             self._admit(seq)
