@@ -91,7 +91,21 @@ def _due(a: np.ndarray, n: int, at: int, need: np.ndarray, b: int, k: int, steps
     (the order a clock that runs one step at a time hands pages out in); each step that takes pages into
     `steps`, with how many into `counts`. Returns how many steps take pages."""
     ps = len(need)
-    start = np.zeros(ps + 1, dtype=np.int64)  # the batch's positions grouped by page class, in batch order
+    m = r = 0
+    if k - b <= ps:  # each page class comes up at most once: find its members by a scan of the batch
+        for s in range(b, k):
+            if need[s % ps] == 0:
+                continue
+            c = (at + s) % ps
+            for i in range(n):
+                if a[CLS, i] == c:
+                    rows[r] = a[ROW, i]
+                    r += 1
+            steps[m] = s
+            counts[m] = need[s % ps]
+            m += 1
+        return m
+    start = np.zeros(ps + 1, dtype=np.int64)  # a long span: the batch's positions grouped by page class once
     for i in range(n):
         start[a[CLS, i] + 1] += 1
     for c in range(ps):
@@ -102,7 +116,6 @@ def _due(a: np.ndarray, n: int, at: int, need: np.ndarray, b: int, k: int, steps
         c = a[CLS, i]
         by_class[fill[c]] = i
         fill[c] += 1
-    m = r = 0
     for s in range(b, k):
         if need[s % ps] == 0:
             continue

@@ -244,7 +244,8 @@ class _Line:
     """One line (`ops.step_lines`) priced at every count 0, 1, 2, …, a block of counts at a time on first use.
 
     Kept as Python lists by count (microseconds; table, fallback, collective microseconds; fallback op counts
-    by family): reading a count is a few list indexes, where numpy scalars would cost microseconds a step.
+    by family): reading a count is a few list indexes, where numpy scalars would cost microseconds a step. What
+    booking a count adds is also kept whole, one tuple a count, so a booking reads one entry.
     """
 
     def __init__(self, price: Callable[[np.ndarray], _Priced]) -> None:
@@ -255,21 +256,23 @@ class _Line:
         self.fallback: list[float] = []
         self.collective: list[float] = []
         self.fallbacks: dict[str, list[int]] = {}
+        # per count: microseconds; table, fallback, collective seconds; (family, fallback ops) with ops > 0
+        self._bookings: list[tuple[float, float, float, float, tuple[tuple[str, int], ...]] | None] = []
 
     def book(self, x: int, usage: Usage) -> float:
         """Microseconds at count `x`; books its seconds and fallback ops in `usage`."""
-        block = x // LINE_BLOCK
-        if block >= len(self.done) or not self.done[block]:
-            self._fill(block)
+        if x >= len(self._bookings) or self._bookings[x] is None:
+            self._fill(x // LINE_BLOCK)
+        us, table, fallback, collective, ops = self._bookings[x]  # type: ignore[misc]
         seconds = usage.seconds
-        seconds["table"] += self.table[x] * 1e-6
-        seconds["fallback"] += self.fallback[x] * 1e-6
-        seconds["collective"] += self.collective[x] * 1e-6
-        ops = usage._ops  # counted now: no pending plan steps to fold here
-        for fam, k in self.fallbacks.items():
-            if k[x]:
-                ops[fam] += k[x]
-        return self.us[x]
+        seconds["table"] += table
+        seconds["fallback"] += fallback
+        seconds["collective"] += collective
+        if ops:
+            counts = usage._ops  # counted now: no pending plan steps to fold here
+            for fam, k in ops:
+                counts[fam] += k
+        return us
 
     def values(self, xs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Microseconds, microseconds by source and fallback op counts at each count of `xs`; zero where a
@@ -299,6 +302,13 @@ class _Line:
         for fam, k in p.fallbacks.items():
             self.fallbacks.setdefault(fam, [0] * len(self.us))[lo:hi] = k.tolist()
         self.done[block] = True
+        if len(self._bookings) < hi:
+            self._bookings += [None] * (hi - len(self._bookings))
+        families = [(fam, k[lo:hi]) for fam, k in self.fallbacks.items()]
+        for i, x in enumerate(range(lo, hi)):
+            ops = tuple((fam, k[i]) for fam, k in families if k[i])
+            self._bookings[x] = (self.us[x], self.table[x] * 1e-6, self.fallback[x] * 1e-6, self.collective[x] * 1e-6,
+                                 ops)
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~1.5 µs more to build, once per new chunk

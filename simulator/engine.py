@@ -234,8 +234,12 @@ class Instance:
             # room (started by `after_schedule`) get what is left, and the run is as long as that leaves room for.
             self._run_plan, self._run_ends, self._run_start = plan, [], self.clock
             if decode:
-                self._run_growth = [int(plan.need[0])]  # the pages of the first step (need is per coming step)
-                self._book_to(1)
+                g0 = int(plan.need[0])  # the pages of the first step (need is per coming step)
+                self._run_growth = [g0]
+                if g0:
+                    self._book_to(1)
+                else:
+                    plan.booked = 1
             if sched.aborted or self.pending:
                 sim.after_schedule(self)
             n = 1 if sim.step_mode else sched.steps_until_change(plan)
