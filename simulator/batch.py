@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from simulator.scheduler import Seq
 
 ORDER, ROW, CLS, END, FAULT = range(5)  # admission order, table row, page class, end step, fault step (-1: none)
+FIELDS = 5
 NEVER = 1 << 62  # the end of an empty batch
 
 
@@ -28,7 +29,7 @@ def _insert(a: np.ndarray, n: int, order: int, row: int, cls: int, end: int, fau
     i = n
     while i > 0 and a[ORDER, i - 1] > order:
         i -= 1
-    for f in range(a.shape[0]):
+    for f in range(FIELDS):
         for j in range(n, i, -1):
             a[f, j] = a[f, j - 1]
     a[ORDER, i] = order
@@ -46,7 +47,7 @@ def _remove(a: np.ndarray, n: int, order: int) -> int:
     while i < n and a[ORDER, i] != order:
         i += 1
     assert i < n, "not in the batch"
-    for f in range(a.shape[0]):
+    for f in range(FIELDS):
         for j in range(i, n - 1):
             a[f, j] = a[f, j + 1]
     return i
@@ -146,7 +147,7 @@ class DecodeBatch:
     def __init__(self, page_size: int, capacity: int = 64) -> None:
         self.page_size = page_size
         self.seqs: list[Seq] = []  # replaced, never changed in place: a plan keeps the batch it was made with
-        self._a = np.zeros((5, capacity), dtype=np.int64)
+        self._a = np.zeros((FIELDS + 1, capacity), dtype=np.int64)  # the fields, and a row of scratch
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -189,13 +190,13 @@ class DecodeBatch:
 
     def ended(self, now: int) -> list[Seq]:
         """The sequences whose output has ended by step count `now`, in batch order."""
-        out = np.empty(len(self.seqs), dtype=np.int64)
+        out = self._a[-1]  # scratch: the row after the columns
         m = _ended(self._a, len(self.seqs), now, out)
         return [self.seqs[i] for i in out[:m].tolist()]
 
 
 def growth(need: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """`_growth` of the need cycle over n steps: (pages taken by each step's end, pages read beyond the start)."""
-    g, grown = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    g, grown = np.empty((2, n), dtype=np.int64)
     _growth(need, g, grown)
     return g, grown

@@ -49,13 +49,15 @@ def _first_bad(pages: np.ndarray, recorded: np.ndarray, lens: np.ndarray, tag: n
     return k, total
 
 
-def check_rows(rows: np.ndarray, cache: PagedCache) -> tuple[list[Violation], int]:
+def check_rows(rows: np.ndarray, cache: PagedCache, out: np.ndarray | None = None) -> tuple[list[Violation], int]:
     """Batched check of the tables in these rows of `cache`'s table store (a decode batch keeps its rows);
-    returns the violations, by position in `rows`, and the number of page entries checked."""
+    returns the violations, by position in `rows`, and the number of page entries checked. `out`: room for a
+    (position, slot) pair per row, if the caller keeps one."""
     if not len(rows):
         return [], 0
     store = cache.store
-    out = np.empty((len(rows), 2), dtype=np.int64)
+    if out is None or len(out) < len(rows):
+        out = np.empty((len(rows), 2), dtype=np.int64)
     k, total = _first_bad(store.pages, store.tags, store.lens, cache.tag, rows, cache.num_pages, out)
     violations: list[Violation] = []
     if not k:
@@ -74,8 +76,13 @@ def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[
 class CheckingTracker:
     enabled = True
 
+    def __init__(self) -> None:
+        self._out = np.empty((64, 2), dtype=np.int64)  # the check's results, kept between checks
+
     def check(self, rows: np.ndarray, cache: PagedCache) -> tuple[list[Violation], int]:
-        return check_rows(rows, cache)
+        if len(rows) > len(self._out):
+            self._out = np.empty((2 * len(rows), 2), dtype=np.int64)
+        return check_rows(rows, cache, self._out)
 
 
 class NoopTracker:
