@@ -261,9 +261,8 @@ class _Line:
 
     def book(self, x: int, usage: Usage) -> float:
         """Microseconds at count `x`; books its seconds and fallback ops in `usage`."""
-        if x >= len(self._bookings) or self._bookings[x] is None:
-            self._fill(x // LINE_BLOCK)
-        us, table, fallback, collective, ops = self._bookings[x]  # type: ignore[misc]
+        booking = self._bookings[x] if x < len(self._bookings) else None
+        us, table, fallback, collective, ops = self._booking(x) if booking is None else booking
         seconds = usage.seconds
         seconds["table"] += table
         seconds["fallback"] += fallback
@@ -302,13 +301,18 @@ class _Line:
         for fam, k in p.fallbacks.items():
             self.fallbacks.setdefault(fam, [0] * len(self.us))[lo:hi] = k.tolist()
         self.done[block] = True
-        if len(self._bookings) < hi:
-            self._bookings += [None] * (hi - len(self._bookings))
-        families = [(fam, k[lo:hi]) for fam, k in self.fallbacks.items()]
-        for i, x in enumerate(range(lo, hi)):
-            ops = tuple((fam, k[i]) for fam, k in families if k[i])
-            self._bookings[x] = (self.us[x], self.table[x] * 1e-6, self.fallback[x] * 1e-6, self.collective[x] * 1e-6,
-                                 ops)
+
+    def _booking(self, x: int) -> tuple[float, float, float, float, tuple[tuple[str, int], ...]]:
+        """What booking count `x` adds, made on its first booking and kept."""
+        block = x // LINE_BLOCK
+        if block >= len(self.done) or not self.done[block]:
+            self._fill(block)
+        if x >= len(self._bookings):
+            self._bookings += [None] * (x + 1 - len(self._bookings))
+        ops = tuple((fam, k[x]) for fam, k in self.fallbacks.items() if k[x])
+        booking = (self.us[x], self.table[x] * 1e-6, self.fallback[x] * 1e-6, self.collective[x] * 1e-6, ops)
+        self._bookings[x] = booking
+        return booking
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass costs ~1.5 µs more to build, once per new chunk
