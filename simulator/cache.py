@@ -252,11 +252,6 @@ class PagedCache:
         self.lookup_tokens = 0
         self.store = TableStore(null_page=num_pages)
 
-    @property
-    def used(self) -> int:
-        """Pages held by live sequences (cached-but-unreferenced pages count as reclaimable)."""
-        return self.num_pages - self.available
-
     # -- allocation -------------------------------------------------------------------------------
     def allocate(self, table: BlockTable, count: int) -> None:
         """Append `count` fresh pages to a table, each recorded with its new generation tag."""
