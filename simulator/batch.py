@@ -149,9 +149,6 @@ class DecodeBatch:
         self.seqs: list[Seq] = []  # replaced, never changed in place: a plan keeps the batch it was made with
         self._a = np.zeros((FIELDS + 1, capacity), dtype=np.int64)  # the fields, and a row of scratch
 
-    def __len__(self) -> int:
-        return len(self.seqs)
-
     @property
     def rows(self) -> np.ndarray:
         """The tables' rows in the cache's table store, in batch order (a view: read it before a change)."""

@@ -200,10 +200,7 @@ class Instance:
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s._computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
-            if d:
-                t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
-            else:
-                t = self.cost.step_s(0, 0, 0, chunks)
+            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
             return [self.clock + t], None
         growth = self.sched.growth(plan, n)
         priced, ends = self.cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, self.clock)

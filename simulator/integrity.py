@@ -56,8 +56,9 @@ def check_rows(rows: np.ndarray, cache: PagedCache, out: np.ndarray | None = Non
     if not len(rows):
         return [], 0
     store = cache.store
-    if out is None or len(out) < len(rows):
+    if out is None:
         out = np.empty((len(rows), 2), dtype=np.int64)
+    assert len(out) >= len(rows), "the compiled walk writes a pair per row and checks no bounds"
     k, total = _first_bad(store.pages, store.tags, store.lens, cache.tag, rows, cache.num_pages, out)
     violations: list[Violation] = []
     if not k:

@@ -167,7 +167,8 @@ class Scheduler:
         self.max_running = max_running
         self.max_batch_tokens = max_batch_tokens
         self.chunk_size = chunk_size
-        self.reserve_pages = -(-reserve_tokens // cache.page_size)
+        # growth room admission leaves free; a prefill-only instance's sequences do not grow there
+        self.reserve_pages = 0 if prefill_only else -(-reserve_tokens // cache.page_size)
         self.prefill_only = prefill_only
         self.tracker = tracker
         self.injector = injector
@@ -276,9 +277,8 @@ class Scheduler:
         """Whether the head of the queue would be admitted now. Inside a run of decode steps pages are only taken,
         never freed, so if it does not fit at a run's first step it fits at none of the run's later ones."""
         seq = self.waiting[0]
-        reserve = 0 if self.prefill_only else self.reserve_pages
         return (len(self.running) < self.max_running
-                and self.cache.cost(seq.keys, self._pages(seq.target)) + reserve <= self.cache.available)
+                and self.cache.cost(seq.keys, self._pages(seq.target)) + self.reserve_pages <= self.cache.available)
 
     def growth(self, plan: Plan, n: int) -> np.ndarray:
         """Cumulative new pages the decode batch needs after each of its next n steps (O(n + batch)), computed
@@ -384,10 +384,9 @@ class Scheduler:
         self.running.append(seq)
 
     def _admit_waiting(self) -> None:
-        reserve = 0 if self.prefill_only else self.reserve_pages
         while self.waiting and len(self.running) < self.max_running:
             seq = self.waiting[0]
-            hit = self.cache.hold(seq.table, seq.keys, self._pages(seq.target), reserve)
+            hit = self.cache.hold(seq.table, seq.keys, self._pages(seq.target), self.reserve_pages)
             if hit < 0:
                 break  # FCFS: the head waits for pages, nobody overtakes it
             self.waiting.popleft()
