@@ -22,7 +22,7 @@ run: $(STAMP)
 	.venv/bin/phaseplan run $(SCENARIO)
 
 test: $(STAMP)
-	.venv/bin/ruff check simulator kernels app tests
+	.venv/bin/ruff check simulator kernels app tests phaseplan
 	$(PY) -m pytest -q
 
 app: $(STAMP)

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator import loader
-from simulator.memory import capacity_report
-from simulator.result import simulate
-from simulator.scenario import Scenario
+from simulator.capacity import capacity_report
+from simulator.config import loader
+from simulator.config.scenario import Scenario
+from simulator.results.result import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"

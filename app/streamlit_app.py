@@ -9,7 +9,7 @@ import streamlit as st
 
 from app.planner import MAX_REQUESTS, WhatIf, headline, load, run, studies
 from simulator.errors import InputError
-from simulator.report import provenance_line
+from simulator.results.report import provenance_line
 
 st.set_page_config(page_title="phaseplan what-if", layout="wide")
 st.title("phaseplan — what if?")

@@ -1,7 +1,7 @@
 """`python -m kernels.gpu_check` (`make gpu-check` on an H200): test, measure ceilings, profile, report.
 
 Runs the kernel tests on the GPU, then profiles exactly the shapes `phaseplan profile` does (the bundled
-scenarios' op lists, `simulator.profiling.collect_shapes`), coarse points first so a run cut off by its time
+scenarios' op lists, `kernels.profiler.collect_shapes`), coarse points first so a run cut off by its time
 budget still spans every table, prints achieved GB/s and TFLOP/s as shares of the measured ceilings, and writes
 `h200.json` (docs/ops.md format) and `gpu_check.log` to $OUT (default out/). The whole run stops measuring at
 GPU_CHECK_BUDGET_S seconds (default 280; shapes left are counted as `unmeasured`); GPU_CHECK_QUICK=1 profiles
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from kernels.measure import work
+from kernels.profiler import collect_shapes, flat, measured_profile
 from simulator.atomic import write_atomic
-from simulator.profiling import collect_shapes, flat, measured_profile
 
 
 def _shapes(quick: bool) -> list[tuple[str, dict]]:

@@ -8,7 +8,7 @@ import hypothesis.strategies as st
 import numpy as np
 from hypothesis import given, settings
 
-from simulator.batch import NEVER, DecodeBatch, growth
+from simulator.serving.batch import NEVER, DecodeBatch, growth
 
 
 def _seq(order: int, row: int, computed: int, remaining: int, fault_in: int) -> SimpleNamespace:
@@ -30,10 +30,10 @@ def test_batch_answers_what_each_sequence_says(members: list[tuple[int, int, int
     seqs = [_seq(o * 3 + 1, i, *m) for i, (o, m) in enumerate(zip(orders, members, strict=True))]
     batch = DecodeBatch(ps, capacity=4)  # grows while joining
     for s in seqs:
-        batch.join(s, at)
+        batch.join(s, s.order, s.table.row, s._computed, s._remaining, s._fault_in, at)
     gone = data.draw(st.sets(st.sampled_from(range(len(seqs))))) if seqs else set()
     for i in gone:
-        batch.leave(seqs[i])
+        batch.leave(seqs[i].order)
     live = sorted((s for i, s in enumerate(seqs) if i not in gone), key=lambda s: s.order)
     assert batch.seqs == live
     assert batch.rows.tolist() == [s.table.row for s in live]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from phaseplan.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = str(ROOT / "scenarios" / "kimi-k2.6-decode.yaml")

@@ -9,14 +9,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from simulator import presets, roofline
-from simulator.costmodel import CostModel, Usage
+from simulator.config import presets
+from simulator.config.scenario import Pool
+from simulator.config.specs import HardwareSpec, ModelSpec
 from simulator.errors import InputError
-from simulator.modeled_profile import write_modeled_profile
-from simulator.ops import Op, expected_experts, profile_shapes, step_lines, step_ops
-from simulator.profile import Profile
-from simulator.scenario import Pool
-from simulator.specs import HardwareSpec, ModelSpec
+from simulator.pricing import roofline
+from simulator.pricing.costmodel import CostModel, Usage
+from simulator.pricing.modeled_profile import write_modeled_profile
+from simulator.pricing.ops import Op, expected_experts, profile_shapes, step_lines, step_ops
+from simulator.pricing.profile import Profile
 
 H200 = HardwareSpec(**presets.hardware("h200"))
 KIMI = ModelSpec(**presets.model("kimi-k2.6"))
@@ -298,7 +299,7 @@ def whole_list_us(cm: CostModel, batch: int, ctx: int, pages: int, chunks: list[
 @pytest.mark.parametrize("model", [KIMI, GLM5, LLAMA])
 @pytest.mark.parametrize("tables", [False, True])
 def test_mixed_step_equals_whole_list_pricing(model: ModelSpec, tables: bool, measured: Profile) -> None:
-    """Parts priced once per count or chunk add up to the whole op list, and book the same seconds."""
+    """Parts priced once per count or chunk add up to the whole op list, and charge the same seconds."""
     pool = Pool(tp=8, weights="int4", kv_cache="bf16")
     rng = np.random.default_rng(3)
     steps = []
@@ -330,7 +331,7 @@ def test_mixed_step_counts_fallbacks_per_call(measured: Profile) -> None:
     pool = Pool(tp=8, weights="int4", kv_cache="bf16")
     cm = CostModel(KIMI, H200, pool, measured, integrity=False)
     ref = CostModel(KIMI, H200, pool, measured, integrity=False)
-    for _ in range(2):  # the second call is served from remembered parts and must book the same again
+    for _ in range(2):  # the second call is served from remembered parts and must charge the same again
         cm.step_s(2, 2 * 100000, 3200, [(700, 0)])
     for op in step_ops(KIMI, pool, 2, 100000, [(700, 0)], 0):
         if op.family not in ("allreduce", "allgather") and ref.profile.lookup(op.family, op.params) is None:
@@ -339,8 +340,8 @@ def test_mixed_step_counts_fallbacks_per_call(measured: Profile) -> None:
 
 
 @pytest.mark.parametrize("tables", [False, True])
-def test_a_cut_run_books_only_the_steps_that_ran(tables: bool, measured: Profile) -> None:
-    """A run priced for n steps and stopped after m books what pricing those m steps alone would."""
+def test_a_cut_run_charges_only_the_steps_that_ran(tables: bool, measured: Profile) -> None:
+    """A run priced for n steps and stopped after m charges what pricing those m steps alone would."""
     pool = Pool(tp=8, weights="int4", kv_cache="bf16")
     batch, n, m = 4, 400, 350
     ctx = 4 * 1000 + batch * np.arange(1, n + 1, dtype=np.int64) * 10  # leaves the 1K–4K table after ~300
@@ -348,7 +349,7 @@ def test_a_cut_run_books_only_the_steps_that_ran(tables: bool, measured: Profile
     run = CostModel(KIMI, H200, pool, measured if tables else ROOF, integrity=True)
     alone = CostModel(KIMI, H200, pool, measured if tables else ROOF, integrity=True)
     steps = run.decode_steps(batch, ctx, pages)
-    steps.book(m, run.usage)
+    steps.charge(m, run.usage)
     assert np.array_equal(steps.us[:m] * 1e-6, alone.decode_step_s(batch, ctx[:m], pages[:m]))
     assert run.usage.fallback_ops == alone.usage.fallback_ops
     for src, s in alone.usage.seconds.items():
@@ -372,10 +373,10 @@ def test_a_decode_run_prices_each_step_as_one_step_alone(tables: bool, measured:
         assert steps.us[i] * 1e-6 == one
         t += one
         assert end == t
-    assert cm._plan(batch).parts if tables else not cm._plan(batch).parts  # both paths were taken
+    assert cm._pricing(batch).parts if tables else not cm._pricing(batch).parts  # both paths were taken
 
 
-def test_a_prompt_alone_is_priced_once_per_length_and_books_each_time() -> None:
+def test_a_prompt_alone_is_priced_once_per_length_and_charges_each_time() -> None:
     cm = CostModel(KIMI, H200, Pool(tp=8, weights="int4"), ROOF, integrity=True)
     first = cm.step_s(0, 0, 0, [(3000, 0)])
     once = dict(cm.usage.seconds)
@@ -389,7 +390,7 @@ def test_a_prompt_alone_is_priced_once_per_length_and_books_each_time() -> None:
 @pytest.mark.parametrize("tables", [False, True])
 def test_a_prompt_alone_has_the_bits_of_its_parts(model: ModelSpec, tables: bool, measured: Profile) -> None:
     """Whole-prompt steps are priced a block of lengths at a time; each must equal its lines and its first chunk
-    added one by one, in time and in the seconds it books."""
+    added one by one, in time and in the seconds it charges."""
     pool = Pool(tp=8, weights="int4", kv_cache="bf16")
     profile = measured if tables else ROOF
     for tokens in (1, 63, 1023, 1024, 1025, 3000, 20_000):
@@ -398,8 +399,8 @@ def test_a_prompt_alone_has_the_bits_of_its_parts(model: ModelSpec, tables: bool
         us = 0.0
         for line, x in step_lines(model, 0, ((tokens, 0),)).items():
             if x:
-                us += parts._lines[line].book(x, scratch)
-        us += parts._first_chunks.book(tokens, scratch)
+                us += parts._lines[line].charge(x, scratch)
+        us += parts._first_chunks.charge(tokens, scratch)
         assert cm.step_s(0, 0, 0, [(tokens, 0)]) == us * 1e-6
         assert cm.usage.seconds == {src: v * 1e6 * 1e-6 for src, v in scratch.seconds.items()}
         assert cm.usage.fallback_ops == scratch.fallback_ops

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simulator import loader
-from simulator.result import simulate
-from simulator.scenario import Scenario
+from simulator.config import loader
+from simulator.config.scenario import Scenario
+from simulator.results.result import simulate
 
 
 def scenario(**over: Any) -> Scenario:
@@ -153,7 +153,7 @@ def test_queued_tokens_kept_as_they_change_equal_the_sum_over_the_queue(
 ) -> None:
     """Prefill routing reads a running count; it must be Σ (target − cached) over waiting and prefilling
     sequences at every decision, preemptions and chunked prompts included."""
-    from simulator.scheduler import Scheduler
+    from simulator.serving.scheduler import Scheduler
 
     seen = []
     schedule = Scheduler.schedule

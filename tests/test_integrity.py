@@ -8,11 +8,11 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from simulator.cache import PagedCache
-from simulator.integrity import CheckingTracker, FaultInjector, NoopTracker, check_tables, release_after_fault
-from simulator.request import Request
-from simulator.scheduler import Scheduler
-from simulator.tables import BlockTable
+from simulator.serving.cache import PagedCache
+from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker, check_tables, release_after_fault
+from simulator.serving.scheduler import Scheduler
+from simulator.serving.tables import BlockTable
+from simulator.workload.request import Request
 
 
 def _reads_are_safe(tables: list[BlockTable], cache: PagedCache) -> bool:

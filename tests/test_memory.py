@@ -1,7 +1,7 @@
 """Memory accounting pinned against arithmetic done by hand from the public configs (reference/models.md).
 
 Each expected value is written out as the product it is, so a reader can check it against a model card
-without reading `simulator/memory.py`.
+without reading `simulator/capacity.py`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from simulator import loader, memory, presets
+from simulator import capacity as memory
+from simulator.config import loader, presets
+from simulator.config.scenario import Pool, Scenario
+from simulator.config.specs import MLA, HardwareSpec, ModelSpec
 from simulator.errors import InputError
-from simulator.scenario import Pool, Scenario
-from simulator.specs import MLA, HardwareSpec, ModelSpec
 
 GIB = 2**30
 FP8 = 1 + 4 / (128 * 128)  # bytes per weight: e4m3 + one fp32 scale per 128×128 block

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from simulator import prefix_index as px
+from simulator.serving import prefix_index as px
 
 # Few distinct keys in a small table: long probe runs, wrap-around and deletions inside runs all happen.
 _KEYS = st.one_of(st.integers(0, 40), st.integers(-(2**63), 2**63 - 1))

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from simulator import presets, roofline
-from simulator.cli import cli
-from simulator.costmodel import CostModel
-from simulator.profile import AXES, Profile, categorical
-from simulator.profiling import BUDGET, QUICK_BUDGET, collect_shapes, count, scenario_pairs, write_profile
-from simulator.specs import HardwareSpec
+from kernels.profiler import BUDGET, QUICK_BUDGET, collect_shapes, count, scenario_pairs, write_profile
+from phaseplan.cli import cli
+from simulator.config import presets
+from simulator.config.specs import HardwareSpec
+from simulator.pricing import roofline
+from simulator.pricing.costmodel import CostModel
+from simulator.pricing.profile import AXES, Profile, categorical
 
 H200 = HardwareSpec(**presets.hardware("h200"))
 COMMITTED = Path(__file__).parent.parent / "profiles" / "h200-modeled.json"

@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.config.scenario import Length, Traffic
 from simulator.errors import InputError
-from simulator.lengths import sample
-from simulator.request import Request
-from simulator.scenario import Length, Traffic
-from simulator.traces import ROOT, chain, load_trace, mix64, stream_key
-from simulator.traffic import BLOCK_TOKENS, TrafficSource, arrival_times, diurnal_multiplier, make_source
+from simulator.workload.lengths import sample
+from simulator.workload.request import Request
+from simulator.workload.traces import ROOT, chain, load_trace, mix64, stream_key
+from simulator.workload.traffic import BLOCK_TOKENS, TrafficSource, arrival_times, diurnal_multiplier, make_source
 
 REPO = Path(__file__).resolve().parents[1]
 

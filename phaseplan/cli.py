@@ -1,0 +1,181 @@
+"""The `phaseplan` command line. Bad input of any kind ends in one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.table import Table
+
+from simulator.config import loader
+from simulator.errors import InputError
+from simulator.results import report
+
+# Reports are tables wider than 80 columns; when piped, do not squeeze them to a terminal that is not there.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+set_option = click.option(
+    "--set", "sets", multiple=True, metavar="PATH=VALUE",
+    help="Override a scenario field by its dotted path (repeatable), e.g. --set deployment.decode.tp=8.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+scenario_arg = click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+
+
+def dump(doc: Any, compact: bool = False) -> str:
+    """Results as JSON; sweeps are compact, since a point carries its whole resolved scenario."""
+    if compact:
+        return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """phaseplan: plan disaggregated LLM inference fleets on measured kernel profiles."""
+
+
+@cli.command()
+@scenario_arg
+@json_option
+@set_option
+def capacity(scenario: Path, as_json: bool, sets: tuple[str, ...]) -> None:
+    """Weights, KV bytes per token and KV tokens/pages per pool (memory accounting only)."""
+    from simulator.capacity import capacity_report, render_capacity
+
+    sc, _ = loader.load(scenario, sets)
+    rep = capacity_report(sc)
+    if as_json:
+        click.echo(dump(rep))
+    else:
+        console.print(render_capacity(rep))
+
+
+def _progress(total: int | None) -> tuple[Progress | None, Any]:
+    if not total or total < 2000 or not sys.stderr.isatty():
+        return None, None
+    prog = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    task = prog.add_task("simulating", total=total)
+
+    def tick(done: int) -> None:
+        if done % 500 == 0 or done == total:
+            prog.update(task, completed=done)
+
+    return prog, tick
+
+
+def _simulate(sc: Any, base_dir: Path) -> dict[str, Any]:
+    from simulator.results.result import simulate
+
+    prog, tick = _progress(sc.traffic.requests)
+    if prog is None:
+        return simulate(sc, base_dir)[0]
+    with prog:
+        return simulate(sc, base_dir, on_progress=tick)[0]
+
+
+@cli.command()
+@scenario_arg
+@json_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write result.json here.")
+@set_option
+def run(scenario: Path, as_json: bool, out: Path | None, sets: tuple[str, ...]) -> None:
+    """Simulate a scenario on the modeled clock (its `sweep` block is ignored)."""
+    from simulator.atomic import write_atomic
+
+    sc, _ = loader.load(scenario, sets)
+    result = _simulate(sc, scenario.parent)
+    if out is not None:
+        write_atomic(out / "result.json", dump(result) + "\n")
+    if as_json:
+        click.echo(dump(result))
+    else:
+        report.print_run(console, result)
+
+
+@cli.command()
+@scenario_arg
+@json_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
+              help="Folder for the sweep CSV (and results.json).")
+@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Points run in parallel.")
+@set_option
+def sweep(scenario: Path, as_json: bool, out: Path, jobs: int, sets: tuple[str, ...]) -> None:
+    """Run every point of the scenario's `sweep` block; print a table, write a CSV."""
+    from simulator.atomic import write_atomic
+    from simulator.config.sweep import points, scenario_at, to_csv
+
+    sc, raw = loader.load(scenario, sets)
+    pts = points(sc)
+    scenarios = [scenario_at(raw, p, str(scenario)) for p in pts]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as ex:
+            docs = list(ex.map(_simulate, scenarios, [scenario.parent] * len(scenarios)))
+    else:
+        docs = [_simulate(s, scenario.parent) for s in scenarios]
+    results = [{"point": p, **d} for p, d in zip(pts, docs, strict=True)]
+    csv_path = out / f"{scenario.stem}-sweep.csv"
+    write_atomic(csv_path, to_csv(results))
+    write_atomic(out / f"{scenario.stem}-sweep.json", dump(results, compact=True) + "\n")
+    if as_json:
+        click.echo(dump(results, compact=True))
+    else:
+        report.print_sweep(console, sc, results, csv_path)
+
+
+@cli.command()
+@click.option("--device", type=click.Choice(["cuda", "cpu", "roofline"]), required=True,
+              help="cuda: Triton kernels on a GPU; cpu: torch reference ops; roofline: the modeled profile.")
+@click.option("--hardware", default="h200", show_default=True, help="Hardware preset (roofline only).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Profile JSON to write.")
+@click.option("--quick", is_flag=True, help="Fewer shapes (for smoke tests).")
+def profile(device: str, hardware: str, out: Path, quick: bool) -> None:
+    """Measure (or model) every kernel shape the bundled scenarios' op lists produce."""
+    from kernels.profiler import write_profile
+
+    path = write_profile(device, hardware, out, quick=quick)
+    console.print(f"wrote {path}")
+
+
+@cli.command("bench-sim")
+@click.option("--hours", type=click.FloatRange(min=0.01), default=1.0, show_default=True)
+@click.option("--rate", type=click.FloatRange(min=0.1), default=20.0, show_default=True, help="Requests per second.")
+@set_option
+def bench_sim(hours: float, rate: float, sets: tuple[str, ...]) -> None:
+    """Simulator speed: open-loop traffic on 8 prefill + 16 decode instances; requests per wall-second."""
+    from simulator.modeled.bench import bench
+
+    for line in bench(hours, rate, sets=sets):
+        click.echo(line)
+
+
+@cli.command()
+def presets() -> None:
+    """List the bundled model and hardware presets."""
+    from simulator.config import presets as p
+
+    t = Table("kind", "presets")
+    t.add_row("models", ", ".join(p.names("models")))
+    t.add_row("hardware", ", ".join(p.names("hardware")))
+    console.print(t)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except InputError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        click.echo(f"error: {e.format_message()}", err=True)
+        sys.exit(2)

@@ -1,0 +1,310 @@
+"""Memory accounting: what a model's weights weigh per GPU and how many KV-cache tokens the rest holds.
+
+Per GPU: `HBM × mem_fraction − weights shard − reserve = KV budget`; tokens = budget // KV bytes per token.
+
+Every weight tensor is described once (`Part`: its component, size, whether it is a matrix a format may
+quantize, and how tensor parallelism places it), so parameter counts, checkpoint sizes and per-GPU shards
+are three sums over the same list and cannot disagree.
+
+Placement under an instance of `tp` GPUs (the convention of the published Kimi K2.6 capacity figure):
+* attention, dense FFN, shared experts, MTP `eh_proj`: split by TP (embedding and head by vocabulary);
+* routed experts: spread over all of the instance's GPUs (EP × per-expert TP = `tp`);
+* GQA K/V projections: split by KV head; a head is replicated when `tp` exceeds the KV heads;
+* replicated on every rank: norms (incl. MLA's q/kv LoRA-rank layernorms), the router, the DSA indexer
+  (its keys are scored by every rank) and, in the cache, the MLA latent and the indexer keys.
+SGLang and vLLM also replicate MLA's down-projections (`q_a_proj`, `kv_a_proj_with_mqa`); this model splits
+them, as the published figure's arithmetic does. For Kimi K2.6 on TP8 that leaves out ~1.5 GiB per GPU
+(~23K of ~677K BF16 tokens, 3.4%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from rich.table import Table
+
+from simulator.config.scenario import Pool, Scenario
+from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
+
+GIB = 1024**3
+BF16_BYTES = 2.0
+FP8_BLOCK = 128  # FP8 checkpoints carry one fp32 scale per 128×128 weight block
+FP8_BYTES = 1.0 + 4.0 / (FP8_BLOCK * FP8_BLOCK)  # ≈ 8.002 bits
+DEFAULT_INT4_GROUP = 128
+FP8_TILE = 128  # tiled FP8 MLA cache: one fp32 scale per 128 latent values
+
+# What a format quantizes when a preset does not say: the linear layers, as FP8/INT4 releases usually do.
+_LINEAR: list[Component] = ["attention", "dense_ffn", "routed_experts", "shared_experts", "mtp"]
+DEFAULT_FORMATS: dict[WeightFormat, FormatRule] = {
+    "fp8": FormatRule(components=_LINEAR),
+    "int4": FormatRule(components=_LINEAR, group_size=DEFAULT_INT4_GROUP),
+}
+
+Placement = Literal["tp", "kv_heads", "experts", "replicated"]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kind of weight tensor, summed over the layers that hold it.
+
+    `component` is where it is reported (all of an MTP layer reports as "mtp"); `kind` is what a format rule
+    matches (an MTP layer's attention is kind "attention"), so a rule quantizes MTP only if it lists "mtp".
+    """
+
+    component: Component
+    kind: Component
+    params: int
+    matrix: bool  # only matrices are quantized; norms and biases stay BF16
+    placement: Placement
+
+
+@dataclass(frozen=True)
+class PoolCapacity:
+    """What one GPU of a pool holds; `kv_tokens`/`pages` are per instance (every rank holds the same ones)."""
+
+    weights_gib_per_gpu: float
+    kv_bytes_per_token: int  # per GPU
+    kv_budget_gib_per_gpu: float
+    kv_tokens: int
+    pages: int
+    fits: bool
+    reason: str
+    instances: int
+    gpus: int
+
+
+def _part(kind: Component, params: int, matrix: bool, placement: Placement, mtp: bool) -> Part:
+    """A main-model part reports under its own kind; an MTP layer's under "mtp"."""
+    return Part("mtp" if mtp else kind, kind, params, matrix, placement)
+
+
+def _attention_parts(model: ModelSpec, n: int, mtp: bool) -> list[Part]:
+    """Attention of `n` layers: projections (matrices) and the vectors that come with them."""
+    h, a = model.hidden, model.attention
+    if isinstance(a, MLA):
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        if a.q_lora_rank:
+            q = [(h * a.q_lora_rank, True, "tp"), (a.q_lora_rank, False, "replicated"),  # q_a, q_a_layernorm
+                 (a.q_lora_rank * a.heads * qk, True, "tp")]  # q_b
+        else:
+            q = [(h * a.heads * qk, True, "tp")]
+        shapes: list[tuple[int, bool, Placement]] = [
+            *q,
+            (h * (a.kv_lora_rank + a.qk_rope_head_dim), True, "tp"),  # kv_a_proj_with_mqa
+            (a.kv_lora_rank, False, "replicated"),  # kv_a_layernorm
+            (a.kv_lora_rank * a.heads * (a.qk_nope_head_dim + a.v_head_dim), True, "tp"),  # kv_b
+            (a.heads * a.v_head_dim * h, True, "tp"),  # o_proj
+        ]
+    else:
+        q_width, kv_width = a.heads * a.head_dim, 2 * a.kv_heads * a.head_dim
+        shapes = [(h * q_width, True, "tp"), (h * kv_width, True, "kv_heads"), (q_width * h, True, "tp")]
+        if a.qkv_bias:
+            shapes += [(q_width, False, "tp"), (kv_width, False, "kv_heads")]
+    return [_part("attention", n * p, m, pl, mtp) for p, m, pl in shapes]
+
+
+def _indexer_parts(model: ModelSpec, n: int, mtp: bool) -> list[Part]:
+    """DSA lightning indexer of `n` indexed layers: wq_b (from the q latent), wk, head weights, k norm."""
+    ix = model.indexer
+    if ix is None or n == 0:
+        return []
+    q_in = model.attention.q_lora_rank if isinstance(model.attention, MLA) and model.attention.q_lora_rank \
+        else model.hidden
+    mats = q_in * ix.heads * ix.head_dim + model.hidden * ix.head_dim + model.hidden * ix.heads
+    return [_part("indexer", n * mats, True, "replicated", mtp),
+            _part("indexer", n * 2 * ix.head_dim, False, "replicated", mtp)]
+
+
+def _ffn_parts(model: ModelSpec, n: int, moe: bool, mtp: bool) -> list[Part]:
+    """FFN of `n` layers: a dense gate/up/down, or routed + shared experts and the router."""
+    h = model.hidden
+    if not moe or model.moe is None:
+        return [_part("dense_ffn", n * 3 * h * model.dense_intermediate, True, "tp", mtp)]
+    m = model.moe
+    expert = 3 * h * m.intermediate
+    return [_part("routed_experts", n * m.routed_experts * expert, True, "experts", mtp),
+            _part("shared_experts", n * m.shared_experts * expert, True, "tp", mtp),
+            _part("router", n * m.routed_experts * h, True, "replicated", mtp),
+            _part("router", n * m.routed_experts, False, "replicated", mtp)]  # score-correction bias
+
+
+def parts(model: ModelSpec) -> list[Part]:
+    """Every weight tensor of the checkpoint, main model then MTP layers."""
+    h, v = model.hidden, model.vocab
+    moe_layers = model.moe_layers
+    dense_layers = model.layers - moe_layers
+    indexed = math.ceil(model.layers / model.indexer.share_layers) if model.indexer else 0
+    out = [Part("embedding", "embedding", v * h, True, "tp")]
+    if not model.tie_embeddings:
+        out.append(Part("lm_head", "lm_head", v * h, True, "tp"))
+    out += _attention_parts(model, model.layers, False)
+    out += _indexer_parts(model, indexed, False)
+    out += _ffn_parts(model, dense_layers, False, False)
+    out += _ffn_parts(model, moe_layers, True, False)
+    out.append(Part("norms", "norms", model.layers * 2 * h + h, False, "replicated"))  # 2 per layer + final
+    n = model.mtp_layers
+    if n:
+        # One full decoder layer each (its own indexer, MoE if the model has one), plus eh_proj [2h → h],
+        # enorm, hnorm, the two layer norms and the shared head's norm; embedding and head are shared.
+        out += [_part("mtp", n * 2 * h * h, True, "tp", True),
+                _part("norms", n * 5 * h, False, "replicated", True)]
+        out += _attention_parts(model, n, True) + _indexer_parts(model, n, True)
+        out += _ffn_parts(model, n, model.moe is not None, True)
+    return [p for p in out if p.params]
+
+
+def param_counts(model: ModelSpec) -> dict[str, int]:
+    """Parameters by component (the keys of `Component` that the model has)."""
+    counts: dict[str, int] = {}
+    for p in parts(model):
+        counts[p.component] = counts.get(p.component, 0) + p.params
+    return counts
+
+
+def total_params(model: ModelSpec, mtp: bool = True) -> int:
+    """All parameters; `mtp=False` gives the main-model count that model cards usually quote."""
+    return sum(c for k, c in param_counts(model).items() if mtp or k != "mtp")
+
+
+def active_params(model: ModelSpec) -> int:
+    """Parameters one token touches in the main model: all but the routed experts it was not sent to."""
+    total = total_params(model, mtp=False)
+    if model.moe is None:
+        return total
+    routed = param_counts(model)["routed_experts"]
+    return total - routed + routed * model.moe.top_k // model.moe.routed_experts
+
+
+def format_rule(model: ModelSpec, fmt: WeightFormat) -> FormatRule:
+    """The preset's rule for a format, else the default; BF16 quantizes nothing."""
+    if fmt == "bf16":
+        return FormatRule(components=[])
+    return model.formats.get(fmt, DEFAULT_FORMATS[fmt])
+
+
+def bytes_per_weight(fmt: WeightFormat, group_size: int | None = None) -> float:
+    """BF16 2 B; FP8 1 B + an fp32 scale per 128×128 block; INT4 4 bits + a BF16 scale per group."""
+    if fmt == "bf16":
+        return BF16_BYTES
+    if fmt == "fp8":
+        return FP8_BYTES
+    return (4 + 16 / (group_size or DEFAULT_INT4_GROUP)) / 8
+
+
+def _part_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None) -> list[tuple[Part, float]]:
+    """Each part with its total bytes: covered matrices in the format, everything else BF16."""
+    rule = format_rule(model, fmt)
+    group = group_size or rule.group_size
+    per_weight = bytes_per_weight(fmt, group)
+    mtp_covered = "mtp" in rule.components
+    out = []
+    for p in parts(model):
+        covered = p.matrix and p.kind in rule.components and (p.component != "mtp" or mtp_covered)
+        out.append((p, p.params * (per_weight if covered else BF16_BYTES)))
+    return out
+
+
+def checkpoint_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None = None) -> float:
+    """Size of the whole checkpoint (MTP included) in a weight format; `group_size` overrides INT4's."""
+    return sum(b for _, b in _part_bytes(model, fmt, group_size))
+
+
+def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
+    """Fraction of a part's bytes that one GPU of an instance holds."""
+    tp = pool.tp
+    if p.placement == "tp":
+        return 1 / tp
+    if p.placement == "replicated":
+        return 1.0
+    if p.placement == "kv_heads":
+        assert isinstance(model.attention, GQA)
+        kv = model.attention.kv_heads
+        return math.ceil(kv / tp) / kv
+    # Routed experts: whole experts over EP groups, each expert split over the tp/ep ranks of a group.
+    assert model.moe is not None
+    experts = model.moe.routed_experts
+    return math.ceil(experts / pool.ep) / experts / (tp // pool.ep)
+
+
+def weights_bytes_per_gpu(model: ModelSpec, pool: Pool) -> float:
+    """Bytes of weights each GPU of one instance holds in the pool's weight format."""
+    return sum(b * _share(p, model, pool) for p, b in _part_bytes(model, pool.weights, pool.int4_group_size))
+
+
+def kv_bytes_per_token(model: ModelSpec, pool: Pool) -> int:
+    """KV-cache bytes one token costs on one GPU, over every layer that caches (MTP layers included)."""
+    layers = model.layers + model.mtp_layers
+    a = model.attention
+    fp8 = pool.kv_cache == "fp8_e4m3"
+    if isinstance(a, MLA):
+        latent = a.kv_lora_rank + a.qk_rope_head_dim  # replicated on every TP rank
+        if not fp8:
+            per_layer = 2 * latent
+        elif pool.kv_layout == "flat":
+            per_layer = latent  # per-tensor scale: negligible
+        else:  # tiled: e4m3 latent + fp32 scale per tile, rope part kept in BF16
+            per_layer = a.kv_lora_rank + 4 * math.ceil(a.kv_lora_rank / FP8_TILE) + 2 * a.qk_rope_head_dim
+    else:
+        per_layer = 2 * math.ceil(a.kv_heads / pool.tp) * a.head_dim * (1 if fp8 else 2)
+    total = layers * per_layer
+    if model.indexer:  # DSA indexer keys: FP8 + scale whatever the cache format, replicated
+        indexed = math.ceil(model.layers / model.indexer.share_layers) + model.mtp_layers
+        total += indexed * model.indexer.key_bytes
+    return total
+
+
+def pool_capacity(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> PoolCapacity:
+    """KV capacity of one instance of a pool, or why its weights do not fit."""
+    weights_gib = weights_bytes_per_gpu(model, pool) / GIB
+    per_token = kv_bytes_per_token(model, pool)
+    usable_gib = hw.hbm_gib * pool.mem_fraction - pool.reserve_gib
+    budget_gib = max(0.0, usable_gib - weights_gib)
+    tokens = int(budget_gib * GIB // per_token)
+    pages = tokens // pool.page_size
+    problem = ""
+    if weights_gib > usable_gib:
+        problem = f"weights {weights_gib:.1f} GiB > budget {max(usable_gib, 0.0):.1f} GiB per GPU"
+    elif pages == 0:
+        problem = f"KV budget {budget_gib:.2f} GiB per GPU holds no page of {pool.page_size} tokens"
+    if problem:
+        tokens = pages = 0
+    reason = f"does not fit: {problem}" if problem else ""
+    return PoolCapacity(
+        weights_gib_per_gpu=weights_gib, kv_bytes_per_token=per_token, kv_budget_gib_per_gpu=budget_gib,
+        kv_tokens=tokens, pages=pages, fits=not reason, reason=reason,
+        instances=pool.instances, gpus=pool.gpus,
+    )
+
+
+def capacity_report(scenario: Scenario) -> dict[str, Any]:
+    """The JSON-ready capacity of every pool, plus checkpoint sizes and parameter counts."""
+    model, hw = scenario.model, scenario.hardware
+    assert isinstance(model, ModelSpec) and isinstance(hw, HardwareSpec), "scenario presets are not resolved"
+    pools = scenario.deployment.pools()
+    return {
+        "pools": {name: asdict(pool_capacity(model, hw, pool)) for name, pool in pools.items()},
+        "checkpoint_gib": {fmt: checkpoint_bytes(model, fmt) / GIB for fmt in ("bf16", "fp8", "int4")},
+        "params": {"total": total_params(model), "active": active_params(model)},
+    }
+
+
+def render_capacity(report: dict[str, Any]) -> Table:
+    """The human view of a capacity report: one row per pool; a pool that does not fit says why below."""
+    p, ck = report["params"], report["checkpoint_gib"]
+    notes = [f"params {p['total'] / 1e9:.1f}B total, {p['active'] / 1e9:.1f}B active; checkpoint "
+             + ", ".join(f"{k} {v:.0f} GiB" for k, v in ck.items())]
+    table = Table(title="KV capacity per instance (weights, KV per GPU)", caption_justify="left")
+    table.add_column("pool")
+    for col in ("inst×TP", "weights GiB", "KV B/token", "KV GiB", "KV tokens", "pages"):
+        table.add_column(col, justify="right")
+    for name, c in report["pools"].items():
+        tokens = f"{c['kv_tokens']:,}" if c["fits"] else "[red]0[/red]"
+        shape = f"{c['instances']}×{c['gpus'] // c['instances']}"
+        table.add_row(name, shape, f"{c['weights_gib_per_gpu']:.2f}", f"{c['kv_bytes_per_token']:,}",
+                      f"{c['kv_budget_gib_per_gpu']:.2f}", tokens, f"{c['pages']:,}")
+        if not c["fits"]:
+            notes.append(f"[red]{name}: {c['reason']}[/red]")
+    table.caption = "\n".join(notes)
+    return table

@@ -1,0 +1,152 @@
+"""Reading a scenario: YAML file → overrides (`--set`) → presets resolved → validated Scenario.
+
+Every failure becomes one `InputError` line naming the file, the YAML path and, where the parser knows it,
+the line — never a traceback.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from simulator.config import presets
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+
+PRESET_FIELDS = {"model": presets.model, "hardware": presets.hardware}
+
+
+def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse a scenario file; also return the line of every mapping key, for error messages."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read scenario file ({e.strerror})") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a scenario must be a YAML mapping, got {type(data).__name__}")
+    return data, _key_lines(node)
+
+
+def _key_lines(node: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], int]:
+    lines: dict[tuple[str, ...], int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            path = prefix + (str(k.value),)
+            lines[path] = k.start_mark.line + 1
+            lines.update(_key_lines(v, path))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            lines[prefix + (str(i),)] = v.start_mark.line + 1
+            lines.update(_key_lines(v, prefix + (str(i),)))
+    return lines
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """`a.b.c=VALUE` → (path, YAML-typed value)."""
+    path, sep, raw = item.partition("=")
+    if not sep or not path.strip():
+        raise InputError(f"--set {item!r}: expected PATH=VALUE, e.g. deployment.decode.tp=8")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    return path.strip(), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set each dotted path; a path into a preset name first expands that preset so its fields can be set."""
+    out = copy.deepcopy(data)
+    for path, value in overrides.items():
+        keys = path.split(".")
+        node: Any = out
+        for depth, key in enumerate(keys[:-1]):
+            if depth == 0 and key in PRESET_FIELDS and isinstance(node.get(key), str):
+                node[key] = PRESET_FIELDS[key](node[key])
+            child = node.get(key) if isinstance(node, dict) else None
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise InputError(f"--set {path}: '{'.'.join(keys[: depth + 1])}' is not a mapping")
+            node = child
+        node[keys[-1]] = value
+    return out
+
+
+def resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
+    out = {"hardware": "h200", **data}
+    for key, load in PRESET_FIELDS.items():
+        if isinstance(out.get(key), str):
+            out[key] = load(out[key])
+    return out
+
+
+def validate(
+    data: dict[str, Any], source: str, lines: dict[tuple[str, ...], int] | None = None,
+    overridden: frozenset[str] = frozenset(),
+) -> Scenario:
+    """Validate a raw mapping; the first error names its YAML path (and line, or the --set it came from)."""
+    try:
+        resolved = resolve_presets(data)
+    except InputError as e:
+        key = "model" if "model preset" in str(e) else "hardware"
+        line = (lines or {}).get((key,))
+        where = f"--set {key}" if key in overridden else f"{source}:{f' line {line}:' if line else ''} {key}"
+        raise InputError(f"{where}: {e}") from None
+    try:
+        return Scenario.model_validate(resolved)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(str(x) for x in err["loc"] if not _is_union_tag(x))
+        msg = err["msg"].removeprefix("Value error, ")
+        if not loc and ": " in msg:  # a cross-field rule names its own path first
+            path, msg = msg.split(": ", 1)
+            loc = tuple(path.split("."))
+        dotted = ".".join(loc) or "(top level)"
+        if any(dotted == o or dotted.startswith(o + ".") for o in overridden):
+            where = f"--set {dotted}"
+        else:
+            line = _nearest_line(loc, lines or {})
+            where = f"{source}:{f' line {line}:' if line else ''} {dotted}"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list):
+            msg += f" (got {_short(err['input'])})"
+        raise InputError(f"{where}: {msg}") from None
+
+
+def _is_union_tag(x: Any) -> bool:
+    """pydantic puts the tag of a discriminated union (attention: mla|gqa) into the location; users don't."""
+    return x in ("mla", "gqa")
+
+
+def _nearest_line(loc: tuple[str, ...], lines: dict[tuple[str, ...], int]) -> int | None:
+    for n in range(len(loc), 0, -1):
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def load(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
+    """The scenario as validated, and the raw mapping (with overrides) that sweeps start from."""
+    data, lines = read_yaml(path)
+    overrides = dict(parse_set(s) for s in sets)
+    data = apply_overrides(data, overrides)
+    return validate(data, str(path), lines, frozenset(overrides)), data

@@ -1,0 +1,34 @@
+"""Model and hardware presets: YAML data files under `presets/` beside this module, each citing its source."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import InputError
+
+ROOT = Path(__file__).parent / "presets"
+
+
+def names(kind: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / kind).glob("*.yaml"))
+
+
+@cache
+def _read(kind: str, name: str) -> dict[str, Any]:
+    path = ROOT / kind / f"{name}.yaml"
+    if not path.is_file():
+        label = {"models": "model", "hardware": "hardware"}[kind]
+        raise InputError(f"unknown {label} preset '{name}' (known: {', '.join(names(kind))})")
+    return yaml.safe_load(path.read_text())
+
+
+def model(name: str) -> dict[str, Any]:
+    return dict(_read("models", name))
+
+
+def hardware(name: str) -> dict[str, Any]:
+    return dict(_read("hardware", name))

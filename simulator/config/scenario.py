@@ -1,0 +1,199 @@
+"""The scenario schema: what a user writes in YAML, validated once, with every default visible here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from simulator.config.specs import HardwareSpec, KVFormat, ModelSpec, WeightFormat
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Pool(Strict):
+    """One pool of identical serving instances; one instance spans `tp` GPUs."""
+
+    instances: PositiveInt = 1
+    tp: PositiveInt = 8
+    ep: PositiveInt = 1
+    weights: WeightFormat = "bf16"
+    int4_group_size: PositiveInt | None = None  # None: the model preset's own group size
+    kv_cache: KVFormat = "bf16"
+    kv_layout: Literal["flat", "tiled"] = "flat"
+    page_size: PositiveInt = 64
+    max_running: PositiveInt = 256
+    max_batch_tokens: PositiveInt = 16384
+    chunk_size: PositiveInt = 8192
+    mem_fraction: float = Field(0.85, gt=0, le=1)
+    reserve_gib: NonNegativeFloat = 0.0
+    decode_reserve_tokens: NonNegativeInt = 256  # growth room a request must find free to be admitted
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.tp
+
+
+class Transfer(Strict):
+    """Prefill → decode KV transfer link, per decode instance (RDMA over the scale-out network)."""
+
+    bandwidth_gbs: PositiveFloat = 50.0
+    latency_ms: NonNegativeFloat = 1.0
+
+
+class Deployment(Strict):
+    mode: Literal["disaggregated", "colocated"] = "colocated"
+    prefill: Pool | None = None
+    decode: Pool = Field(default_factory=Pool)
+    transfer: Transfer = Field(default_factory=Transfer)
+
+    @model_validator(mode="after")
+    def _prefill_pool_for_disaggregated(self) -> Deployment:
+        if self.mode == "disaggregated" and self.prefill is None:
+            raise ValueError("mode 'disaggregated' needs a 'prefill' pool (or set mode: colocated)")
+        return self
+
+    def pools(self) -> dict[str, Pool]:
+        """The pools that exist in this mode, by name; colocated serves both phases on 'decode'."""
+        if self.mode == "colocated":
+            return {"decode": self.decode}
+        assert self.prefill is not None
+        return {"prefill": self.prefill, "decode": self.decode}
+
+
+FaultKind = Literal["stale", "foreign", "out_of_range"]
+
+
+class Integrity(Strict):
+    enabled: bool = True
+    fault_rate: float = Field(0.0, ge=0, le=1)  # chance per decode step of a running request
+    fault_kinds: list[FaultKind] = Field(default_factory=lambda: ["stale", "foreign"])
+
+
+class PrefixCache(Strict):
+    enabled: bool = True
+
+
+class Routing(Strict):
+    policy: Literal["round_robin", "least_kv", "session_affinity", "prefix_aware"] = "least_kv"
+
+
+class Length(Strict):
+    """A token-length distribution; a bare integer in YAML means `fixed`."""
+
+    dist: Literal["fixed", "uniform", "lognormal", "empirical"] = "fixed"
+    value: PositiveInt | None = None  # fixed
+    low: PositiveInt | None = None  # uniform
+    high: PositiveInt | None = None
+    median: PositiveFloat | None = None  # lognormal
+    sigma: NonNegativeFloat = 0.5
+    file: str | None = None  # empirical: one length per line
+    max: PositiveInt | None = None  # clip
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_int(cls, v: Any) -> Any:
+        return {"dist": "fixed", "value": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _needed_fields(self) -> Length:
+        need = {"fixed": ["value"], "uniform": ["low", "high"], "lognormal": ["median"], "empirical": ["file"]}
+        missing = [f for f in need[self.dist] if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"dist '{self.dist}' needs {', '.join(missing)}")
+        if self.dist == "uniform" and self.low > self.high:  # type: ignore[operator]
+            raise ValueError(f"uniform needs low <= high, got {self.low} > {self.high}")
+        return self
+
+
+class Diurnal(Strict):
+    """Piecewise-linear rate multipliers over one period (e.g. 24 points over a day)."""
+
+    period_s: PositiveFloat = 86400.0
+    multipliers: list[NonNegativeFloat] = Field(default_factory=lambda: [0.5, 1.0, 1.5, 1.0], min_length=1)
+
+
+class Sessions(Strict):
+    """Multi-turn conversations: later turns carry all earlier turns as a reusable prefix."""
+
+    turns: PositiveInt = 1
+    think_time_s: NonNegativeFloat = 5.0
+
+
+class Traffic(Strict):
+    concurrency: PositiveInt | None = None  # closed loop: N clients, next request when the previous ends
+    rate: PositiveFloat | None = None  # open loop, requests per second
+    arrival: Literal["poisson", "bursty", "diurnal"] = "poisson"
+    burst_cv: PositiveFloat = 2.0  # bursty: coefficient of variation of gamma inter-arrival times
+    diurnal: Diurnal = Field(default_factory=Diurnal)
+    trace: str | None = None
+    trace_format: Literal["auto", "phaseplan", "azure", "mooncake"] = "auto"
+    trace_speedup: PositiveFloat = 1.0
+    prompt_tokens: Length = Field(default_factory=lambda: Length(value=2048))
+    output_tokens: Length = Field(default_factory=lambda: Length(value=256))
+    shared_prefix_tokens: NonNegativeInt = 0  # a system prompt every request starts with
+    sessions: Sessions = Field(default_factory=Sessions)
+    duration_s: PositiveFloat | None = None
+    requests: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Traffic:
+        given = [k for k in ("concurrency", "rate", "trace") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of concurrency, rate, trace (got {given or 'none'})")
+        if self.concurrency is not None and self.duration_s is None and self.requests is None:
+            self.requests = 4 * self.concurrency
+        if self.rate is not None and self.duration_s is None and self.requests is None:
+            raise ValueError("open-loop traffic needs duration_s or requests")
+        return self
+
+
+class SLO(Strict):
+    ttft_ms: PositiveFloat = 2000.0
+    tpot_ms: PositiveFloat = 50.0
+
+
+class Cost(Strict):
+    gpu_hour_usd: PositiveFloat | None = None  # None: the hardware preset's price
+
+
+class Scenario(Strict):
+    name: str = "scenario"
+    model: ModelSpec  # a preset name in YAML; the loader resolves it to the preset's data first
+    hardware: HardwareSpec
+    profile: str = "roofline"
+    deployment: Deployment = Field(default_factory=Deployment)
+    integrity: Integrity = Field(default_factory=Integrity)
+    prefix_cache: PrefixCache = Field(default_factory=PrefixCache)
+    routing: Routing = Field(default_factory=Routing)
+    traffic: Traffic = Field(default_factory=lambda: Traffic(concurrency=1))
+    slo: SLO = Field(default_factory=SLO)
+    cost: Cost = Field(default_factory=Cost)
+    seed: int = 0
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _pools_fit_the_model(self) -> Scenario:
+        """Sharding and layout rules that need both the model and a pool; each error names the pool's path."""
+        a = self.model.attention
+        for name, pool in self.deployment.pools().items():
+            where = f"deployment.{name}"
+            if a.heads % pool.tp:
+                raise ValueError(f"{where}.tp: {pool.tp} does not divide the model's {a.heads} attention heads")
+            if pool.tp % pool.ep:
+                raise ValueError(f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are "
+                                 "EP groups × expert-TP)")
+            if pool.kv_layout == "tiled" and a.type != "mla":
+                raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
+        return self

@@ -1,0 +1,100 @@
+"""Sweeps: the cartesian product of a scenario's `sweep` block, one Result per point."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from typing import Any
+
+from simulator.config import loader
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+
+# Columns of the sweep table and CSV: (header, dotted path into the Result).
+COLUMNS = [
+    ("out tok/s", "metrics.output_tokens_per_s"),
+    ("in tok/s", "metrics.input_tokens_per_s"),
+    ("tok/s/GPU", "metrics.output_tokens_per_s_per_gpu"),
+    ("TTFT p95 ms", "metrics.ttft_ms.p95"),
+    ("TPOT p50 ms", "metrics.tpot_ms.p50"),
+    ("TPOT p95 ms", "metrics.tpot_ms.p95"),
+    ("max running", "metrics.max_running"),
+    ("preempted", "metrics.preempted"),
+    ("KV occ max", "metrics.kv_occupancy.max"),
+    ("SLO", "metrics.slo_attainment"),
+    ("$/Mtok", "metrics.cost_per_mtok_usd"),
+    ("prefill chunk ms", "step_anatomy.summary.prefill_chunk_ms"),
+    ("  of it GEMM ms", "step_anatomy.summary.prefill_chunk_gemm_ms"),
+    ("decode step ms", "step_anatomy.summary.decode_step_ms"),
+]
+
+
+def points(sc: Scenario) -> list[dict[str, Any]]:
+    """Every combination of the sweep's values, first path varying slowest."""
+    if not sc.sweep:
+        return [{}]
+    paths = list(sc.sweep)
+    for p in paths:
+        if not sc.sweep[p]:
+            raise InputError(f"sweep.{p}: needs at least one value")
+    return [dict(zip(paths, combo, strict=True)) for combo in itertools.product(*sc.sweep.values())]
+
+
+def scenario_at(raw: dict[str, Any], point: dict[str, Any], source: str) -> Scenario:
+    data = loader.apply_overrides({k: v for k, v in raw.items() if k != "sweep"}, point)
+    try:
+        return loader.validate(data, source)
+    except InputError as e:
+        where = ", ".join(f"{k}={v}" for k, v in point.items())
+        raise InputError(f"sweep point {where}: {e}") from None
+
+
+def lookup(doc: dict[str, Any], dotted: str) -> Any:
+    node: Any = doc
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def to_csv(results: list[dict[str, Any]]) -> str:
+    paths = list(results[0]["point"]) if results else []
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(paths + [p for _, p in COLUMNS] + ["integrity.detected", "provenance.profile_source"])
+    for r in results:
+        w.writerow(
+            [r["point"][p] for p in paths]
+            + [lookup(r, p) for _, p in COLUMNS]
+            + [lookup(r, "integrity.detected"), lookup(r, "provenance.profile_source")]
+        )
+    return buf.getvalue()
+
+
+def paired_deltas(results: list[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
+    """For a two-valued axis (e.g. integrity.enabled: [true, false]): the change from the second value to the
+    first at every other point of the sweep — what turning the feature on costs."""
+    values = list(dict.fromkeys(r["point"][axis] for r in results))
+    if len(values) != 2:
+        return []
+    on, off = values
+    by_rest: dict[tuple, dict[Any, dict[str, Any]]] = {}
+    for r in results:
+        rest = tuple((k, v) for k, v in r["point"].items() if k != axis)
+        by_rest.setdefault(rest, {})[r["point"][axis]] = r
+    rows = []
+    for rest, pair in by_rest.items():
+        if on not in pair or off not in pair:
+            continue
+        a, b = pair[on]["metrics"], pair[off]["metrics"]
+        tput = (a["output_tokens_per_s"] / b["output_tokens_per_s"] - 1) if b["output_tokens_per_s"] else None
+        tpot_a, tpot_b = a["tpot_ms"]["p95"], b["tpot_ms"]["p95"]
+        rows.append({
+            "point": dict(rest),
+            "throughput_change": tput,
+            "tpot_p95_ms": (tpot_a, tpot_b),
+            "tpot_p95_change": (tpot_a / tpot_b - 1) if tpot_a is not None and tpot_b else None,
+        })
+    return rows

@@ -1,0 +1,1 @@
+"""The modeled clock: a SimPy engine that advances instances by the cost model, a run of steps at a time."""

@@ -1,0 +1,397 @@
+"""The modeled clock: SimPy wires arrivals, instances and KV-transfer links around the shared schedulers.
+
+An instance advances a whole run of identical decode steps at once: it prices them with the cost model
+(vectorised over the growing context), and if an outside event (an arrival, a finished transfer) lands
+inside the run it stops at the end of the step in flight — exactly where a step-by-step clock would next
+decide. `step_mode=True` forces one step at a time; a test requires both to give identical timelines.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
+from simulator.config.scenario import Pool, Scenario
+from simulator.errors import InputError
+from simulator.pricing.costmodel import CostModel, DecodeSteps
+from simulator.pricing.profile import Profile
+from simulator.serving.instance import Instance as ServingInstance
+from simulator.serving.instance import build_scheduler, fault_injector
+from simulator.serving.routing import Router
+from simulator.serving.scheduler import Plan, Scheduler, StepEvents
+from simulator.serving.sequence import Seq
+from simulator.workload.request import Request
+from simulator.workload.traffic import TrafficSource, make_source
+
+
+@dataclass(slots=True)
+class Record:
+    """One request's outcome; times in seconds since the start of the run."""
+
+    id: int
+    arrival: float
+    prompt: int
+    output: int
+    first_token: float = math.nan
+    finish: float = math.nan
+    status: str = "pending"  # completed | rejected | aborted | pending
+    cached_tokens: int = 0
+
+
+@dataclass
+class InstanceStats:
+    busy_s: float = 0.0
+    steps: int = 0
+    decode_seq_steps: int = 0  # sum over steps of the decode batch size: mean batch = this / steps
+    max_batch: int = 0
+    # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
+    # was cut into runs, and the occupancy curve is their running sum in time order.
+    page_t: list[float] = field(default_factory=list)
+    page_d: list[int] = field(default_factory=list)
+
+    def pages_changed(self, t: float, delta: int) -> None:
+        if delta:
+            self.page_t.append(t)
+            self.page_d.append(delta)
+
+    def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """All (time, change) pairs, in no particular order."""
+        return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
+
+
+_RUN_END = object()  # the value of a wake-up by the run's own timer
+
+
+def _wake_at_end(env: simpy.Environment, wake: simpy.Event, delay: float) -> None:
+    """Fire `wake` (valued `_RUN_END`) after `delay` unless a notify fires it first, so a run waits on one
+    event: the end of the run one hop after its timer, a cut one hop after its cause (an `a | b` condition
+    took one hop more)."""
+    env.timeout(delay).callbacks.append(lambda _: wake.triggered or wake.succeed(_RUN_END))
+
+
+@contextmanager
+def _rare_collections() -> Iterator[None]:
+    """Run the cyclic garbage collector rarely while simulating. A run allocates millions of short-lived
+    objects (plans, events, page lists) that reference counting frees; at the default thresholds the collector
+    would run every 700 net allocations and now and then walk every live record, sequence and event, to find
+    the few cycles SimPy's processes leave."""
+    old = gc.get_threshold()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+class Instance(ServingInstance):
+    """An instance on the modeled clock: the shared serving state, a SimPy process and the times of its run."""
+
+    def __init__(self, sim: Simulation, pool_name: str, index: int, pool: Pool, sched: Scheduler,
+                 cost: CostModel) -> None:
+        super().__init__(pool_name, index, pool, sched)
+        self.sim, self.cost = sim, cost
+        self.env = sim.env
+        self.wake: simpy.Event | None = None
+        # Exact times: an instance's clock is a running sum of step times, and every wake-up carries the
+        # exact time of its cause. env.now only orders events, so the segment and step-by-step clocks
+        # compute bit-identical timelines.
+        self.clock = 0.0
+        self.wake_at = 0.0
+        self.link_free = 0.0  # when the inbound KV-transfer link is next idle
+        # The run in flight's start and step ends. A step takes its pages when it starts; the run books them as
+        # their start times pass (`settle`), so the cache sees the same operations in the same order as under a
+        # clock that runs one step at a time.
+        self._run_start = 0.0
+        self._run_ends: list[float] = []  # plain lists: routing bisects every instance's run on each hand-off
+        self.stats = InstanceStats()
+        self.env.process(self._loop())
+
+    def _started(self, t: float) -> int:
+        """Steps of the run in flight that have started by time t (the one in flight at t included)."""
+        ends = self._run_ends
+        return min(len(ends), bisect_left(ends, t) + 1)
+
+    def used_pages(self, t: float) -> int:
+        """Pages held at time t, the run's steps started by then included (read-only: must not cut or book)."""
+        return self.kv_load(t) - self._pending_pages
+
+    def kv_load(self, t: float) -> int:
+        """What least-KV routing compares: pages held at time t (`used_pages`) plus pages of transfers waiting to
+        start. Routing reads every instance for every request, so this is one flat method."""
+        cache = self.cache
+        load = cache.num_pages - cache.available + self._pending_pages
+        g = self._run_growth
+        if g is None:  # no decode run in flight
+            return load
+        ends, b = self._run_ends, self._run_plan.booked  # type: ignore[union-attr]
+        k = bisect_left(ends, t) + 1  # = self._started(t)
+        if k > len(ends):
+            k = len(ends)
+        if k <= b:
+            return load
+        return load + g[k - 1] - (g[b - 1] if b else 0)  # + self.unbooked(k)
+
+    def settle(self, t: float) -> None:
+        """Book the pages of the run's steps that started by time t, before anything else touches the cache."""
+        if self._run_growth is not None:
+            k = self._started(t)
+            if k > self._run_plan.booked:  # type: ignore[union-attr]
+                self.book_to(k)
+
+    def book_to(self, k: int) -> tuple[list[int], list[int]]:
+        """`ServingInstance.book_to`, with the occupancy record of the pages taken at each step's start."""
+        steps, counts = super().book_to(k)
+        if steps:
+            ends, start = self._run_ends, self._run_start  # a step starts when the one before it ends
+            self.stats.page_t += [ends[step - 1] if step else start for step in steps]
+            self.stats.page_d += counts
+        return steps, counts
+
+    def run_needs_more_than_free(self) -> bool:
+        """True when the run in flight can no longer book all its remaining steps' pages."""
+        return self._run_plan is not None and self.unbooked(len(self._run_ends)) > self.cache.available
+
+    def notify(self, at: float) -> None:
+        self.wake_at = max(self.wake_at, at)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    # -- the step loop -------------------------------------------------------------------------------
+    def _price(self, plan: Plan, n: int) -> tuple[list[float], DecodeSteps | None]:
+        """End times of the plan's next n steps (plain floats: the loop and routing read them one at a time),
+        and for a decode run the priced steps to charge once it is known how many ran. A step with prefill
+        chunks is always a run of one, so it is charged at once."""
+        if plan.prefill:
+            d = plan.decode
+            chunks = [(c, s._computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
+            t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            return [self.clock + t], None
+        growth = self.sched.growth(plan, n)
+        priced, ends = self.cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, self.clock)
+        return ends, priced
+
+    def _sleep(self):
+        """Wait until notified; the clock moves to the time of the cause."""
+        self.wake = self.env.event()
+        yield self.wake
+        self.clock = max(self.clock, self.wake_at)
+
+    def _loop(self):
+        env, sched, st, cache, sim = self.env, self.sched, self.stats, self.cache, self.sim
+        while True:
+            if not (sched.waiting or sched.running or self.pending):  # nothing to decide
+                yield from self._sleep()
+                continue
+            avail = cache.available
+            plan = sched.schedule()
+            if avail != cache.available:  # preemptions' and aborts' releases
+                st.pages_changed(self.clock, avail - cache.available)
+            decode = plan.decode
+            if not (decode or plan.prefill):
+                sim.after_schedule(self)
+                yield from self._sleep()
+                continue
+            self._run_ends, self._run_start = [], self.clock
+            self.begin(plan)
+            if sched.aborted or self.pending:
+                sim.after_schedule(self)
+            n = 1 if sim.step_mode else sched.steps_until_change(plan)
+            ends, priced = self._price(plan, n)
+            self._run_ends = ends
+            self.planned(n)
+            m = n
+            if n == 1:  # nothing can cut a single step short: no wake-up to arm
+                self.wake = None
+                yield env.timeout(max(0.0, ends[0] - env.now))
+            else:
+                self.wake = env.event()
+                _wake_at_end(env, self.wake, max(0.0, ends[-1] - env.now))
+                yield self.wake
+                if self.wake.value is not _RUN_END and self.wake_at < ends[-1]:
+                    m = min(n, bisect_left(ends, self.wake_at) + 1)
+                    if ends[m - 1] > env.now:
+                        yield env.timeout(ends[m - 1] - env.now)
+            if priced is not None:
+                priced.charge(m, self.cost.usage)
+            if decode:
+                self.book_to(m)
+            self.end_run()
+            avail = cache.available
+            ev = sched.advance(plan, m)
+            end = ends[m - 1]
+            if avail != cache.available:  # completions' releases
+                st.pages_changed(end, avail - cache.available)
+            st.busy_s += end - self.clock
+            st.steps += m
+            if decode:
+                st.decode_seq_steps += m * len(decode)
+                if len(decode) > st.max_batch:
+                    st.max_batch = len(decode)
+            self.clock = end
+            if ev.finished or ev.prefilled or ev.first_tokens or self.pending:
+                sim.on_events(self, ev, ends)
+
+
+class Simulation:
+    def __init__(self, sc: Scenario, *, step_mode: bool = False, base_dir: Path | None = None,
+                 on_progress: Callable[[int], None] | None = None) -> None:
+        self.sc = sc
+        self.step_mode = step_mode
+        self.env = simpy.Environment()
+        self.on_progress = on_progress
+        self.profile = Profile.for_scenario(sc, base_dir)
+        self.router = Router(sc.routing.policy)
+        self.records: dict[int, Record] = {}
+        self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir)
+        self.injector = fault_injector(sc)
+        self.pools: dict[str, list[Instance]] = {}
+        self.capacity: dict[str, PoolCapacity] = {}
+        rng_seed = 0
+        colocated = sc.deployment.mode == "colocated"
+        for name, pool in sc.deployment.pools().items():
+            cap = pool_capacity(sc.model, sc.hardware, pool)
+            self.capacity[name] = cap
+            if not cap.fits:
+                raise InputError(f"deployment.{name}: {cap.reason}")
+            cost = CostModel(sc.model, sc.hardware, pool, self.profile, sc.integrity.enabled)
+            insts = []
+            for i in range(pool.instances):
+                rng_seed += 1
+                sched = build_scheduler(sc, name, pool, cap, self.injector, rng_seed)
+                insts.append(Instance(self, name, i, pool, sched, cost))
+            self.pools[name] = insts
+        self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
+        # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
+        room = {name: insts[0].cache.num_pages * insts[0].cache.page_size for name, insts in self.pools.items()}
+        self._max_prompt = room.get("prefill", room["decode"])
+        self._max_total = room["decode"]
+        self.done = 0
+        self.kv_bytes_transfer = self._transfer_bytes_per_token()
+        tr = sc.deployment.transfer
+        self._link_latency_s, self._link_bytes_per_s = tr.latency_ms / 1e3, tr.bandwidth_gbs * 1e9
+
+    def _transfer_bytes_per_token(self) -> float:
+        """Bytes of one token's KV that cross the link: the prefill pool's cache format, one copy of every KV
+        head (the per-GPU figure at tp=1 — MLA's latent is the same on every rank, GQA's heads are all of them)."""
+        pool = self.sc.deployment.prefill
+        if pool is None or "prefill" not in self.pools:
+            return 0.0
+        return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1})))
+
+    # -- traffic ---------------------------------------------------------------------------------------
+    def run(self) -> None:
+        self.env.process(self._feed(self.source.initial()))
+        with _rare_collections():
+            self.env.run()
+
+    def _feed(self, reqs: list[Request]):
+        for req in reqs:
+            if req.arrival > self.env.now:
+                yield self.env.timeout(req.arrival - self.env.now)
+            self.arrive(req)
+
+    def arrive(self, req: Request) -> None:
+        rec = Record(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
+        self.records[req.id] = rec
+        colocated = "prefill" not in self.pools
+        if not self._can_ever_fit(req):
+            rec.status = "rejected"  # no instance could ever hold it, however long it waited
+            rec.finish = req.arrival
+            self._finished(req, req.arrival)
+            return
+        inst = self.router.decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
+        inst.sched.enqueue(inst.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
+        inst.notify(req.arrival)
+
+    def _can_ever_fit(self, req: Request) -> bool:
+        """The prompt must fit an empty prefill instance, and prompt + output an empty decode instance."""
+        return req.prompt_tokens <= self._max_prompt and req.prompt_tokens + req.output_tokens <= self._max_total
+
+    def _finished(self, req: Request, t: float) -> None:
+        self.done += 1
+        if self.on_progress is not None:
+            self.on_progress(self.done)
+        nxt = self.source.on_complete(req, t)
+        if nxt is not None:
+            self.env.process(self._feed([nxt]))
+
+    # -- instance callbacks ----------------------------------------------------------------------------
+    def after_schedule(self, inst: Instance) -> None:
+        for seq in inst.take_aborted():
+            rec = self.records[seq.req.id]
+            rec.status = "aborted"
+            rec.finish = inst.clock
+            self._finished(seq.req, inst.clock)
+        if inst.pending:  # aborts and preemptions free pages too
+            self.try_transfers(inst, inst.clock)
+
+    def on_events(self, inst: Instance, ev: StepEvents, ends: list[float]) -> None:
+        for seq, step in ev.first_tokens:
+            self.records[seq.req.id].first_token = ends[step]
+        for seq, step in ev.finished:
+            rec = self.records[seq.req.id]
+            rec.finish = ends[step]
+            rec.status = "completed"
+            self._finished(seq.req, rec.finish)
+        for seq, step in ev.prefilled:
+            self._hand_off(inst, seq, ends[step])
+        if inst.pending:
+            self.try_transfers(inst, inst.clock)
+
+    def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
+        req = pseq.req
+        if req.output_tokens <= 1:  # the prefill's own token was the whole answer
+            rec = self.records[req.id]
+            rec.first_token = rec.finish = t
+            rec.status = "completed"
+            self._release(src, pseq, t)
+            src.notify(t)
+            self._finished(req, t)
+            return
+        dst = self.router.decode(self.pools["decode"], req, t)
+        dst.queue_transfer(dst.receive(pseq, src), pseq, src)
+        self.try_transfers(dst, t)
+
+    def try_transfers(self, dst: Instance, t: float) -> None:
+        """FCFS: start transfers while the head of the queue finds room on the decode instance.
+
+        Pages are held on the decode side from the start of the transfer; the link moves one prompt at a
+        time (latency + bytes / bandwidth), in the order the transfers started.
+        """
+        dst.settle(t)
+        avail = dst.cache.available
+        for dseq, pseq, src, cached in dst.start_transfers():
+            dst.stats.pages_changed(t, avail - dst.cache.available)
+            avail = dst.cache.available
+            self.records[dseq.req.id].cached_tokens = cached
+            tokens = dseq.req.prompt_tokens - cached
+            start = max(t, dst.link_free)
+            dst.link_free = start + self._link_latency_s + tokens * self.kv_bytes_transfer / self._link_bytes_per_s
+            end = dst.link_free
+            done = self.env.timeout(max(0.0, end - self.env.now))
+            done.callbacks.append(lambda _, a=(dst, dseq, pseq, src, end): self._transfer_done(*a))
+        if dst.run_needs_more_than_free():
+            dst.notify(t)  # the run in flight can no longer book all its pages: end it at the step in flight
+
+    def _release(self, src: Instance, pseq: Seq, t: float) -> None:
+        avail = src.cache.available
+        src.sched.release(pseq)
+        src.stats.pages_changed(t, avail - src.cache.available)
+
+    def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
+        self._release(src, pseq, end)
+        if src.sched.waiting:  # freed pages may admit the head of its queue; else there is nothing to decide
+            src.notify(end)
+        dst.settle(end)  # publishing its prefix keys comes after the evictions of the steps started by now
+        dst.finish_transfer(dseq)
+        self.records[dseq.req.id].first_token = end
+        dst.notify(end)

@@ -1,0 +1,447 @@
+"""The op list of one model step: which kernels one GPU of an instance runs, and with which shapes.
+
+Written once and read three ways: the cost model prices it, the profiler measures exactly its shapes, the
+replay executor runs it. Family names and shape keys are the contract of docs/ops.md.
+
+Sharding of one instance of `tp` GPUs (every rank runs the same list; the ops are one rank's):
+* attention heads, dense FFN, shared experts, o_proj and the vocabulary (embedding, lm_head) split by TP;
+  MLA's down-projections (`q_a`, `kv_a`) and the latent cache are replicated, as SGLang and vLLM run them
+  (a split `q_a` would need an all-gather before its layernorm);
+* GQA K/V heads split by TP, a head replicated when `tp` exceeds the KV heads;
+* routed experts over EP × expert-TP = `tp` GPUs: `ep` groups hold E/ep whole experts each, every expert's
+  intermediate split over the tp/ep ranks of its group; activations are replicated (TP attention), each rank
+  runs its own experts' share of the routed tokens and the layer's second all-reduce combines them;
+* the router and the DSA indexer are replicated (the indexer sums its heads before top-k, so splitting heads
+  would cost an all-reduce of the logits).
+
+MLA runs in two forms. Decode uses the absorbed form (queries projected into the 576-wide latent by a batched
+`W_UK`, attention over the latent, `W_UV` back to `v_head_dim`), which reads the cache once. Dense prefill
+uses the unabsorbed ("MHA") form, as DeepSeek, SGLang and vLLM do: the chunk's whole context is expanded by
+`kv_b_proj` into per-head K/V, then plain attention with qk = nope + rope, v = v_head_dim — about 3.4× fewer
+attention FLOPs than the absorbed form, which outweighs the expansion GEMM. Sparse (DSA) prefill stays in the
+absorbed MQA form, because each query attends to its own top-k set of latents (FlashMLA's sparse prefill).
+
+Not modeled: MTP / speculative decoding, EP load imbalance (the expected mean load per rank is used), and
+varlen attention kernels (each prefill chunk is its own attention op).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from simulator.capacity import format_rule
+from simulator.config.scenario import Pool
+from simulator.config.specs import MLA, Component, ModelSpec
+
+Shape = tuple[tuple[str, int | str], ...]
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "decode_attention_mla": ("heads", "batch", "context", "kv", "layout", "page_size"),
+    "decode_attention_gqa": ("q_heads", "kv_heads", "head_dim", "batch", "context", "kv", "page_size"),
+    "prefill_attention": ("heads", "kv_heads", "qk_dim", "v_dim", "tokens", "context", "topk"),
+    "decode_indexer": ("heads", "head_dim", "key_bytes", "topk", "batch", "context"),
+    "prefill_indexer": ("heads", "head_dim", "key_bytes", "topk", "tokens", "context"),
+    "gemm": ("m", "n", "k", "batch", "weights", "group"),
+    "moe_gemm": ("tokens", "experts", "n", "k", "weights", "group"),
+    "kv_write": ("tokens", "width", "kv"),
+    "integrity_check": ("pages",),
+    "elementwise": ("bytes",),
+    "allreduce": ("bytes", "ranks"),
+    "allgather": ("bytes", "ranks"),
+}
+_KEYS = {f: frozenset(keys) for f, keys in FAMILIES.items()}
+COLLECTIVES = frozenset({"allreduce", "allgather"})  # priced by the roofline only: one GPU cannot time them
+# Families whose time moves with the decode batch's context (or pages) while the batch stays the same.
+DECODE_CONTEXT_FAMILIES = frozenset({"decode_attention_mla", "decode_attention_gqa", "decode_indexer"})
+
+# Bundled studies' operating points, and the extra grid a profile needs to interpolate between them.
+STUDY_BATCHES = tuple(2**i for i in range(9))  # decode batch 1..256
+STUDY_CONTEXTS = tuple(2**i for i in range(10, 16))  # 1K..32K tokens per sequence
+STUDY_CHUNKS = tuple(2**i for i in range(9, 15))  # prefill chunks 512..16384
+STUDY_PREFIXES = (0, *STUDY_CONTEXTS)  # context before a chunk
+GRID_OUTER = tuple(2**i for i in range(0, 10))  # batch or chunk tokens 1..512
+GRID_CONTEXT = tuple(2**i for i in range(6, 18))  # 64..128K tokens per sequence
+GRID_PREFIX = (0, *GRID_CONTEXT)
+GRID_M = tuple(sorted({2**i for i in range(18)} | {3 * 2**i for i in range(16)}))  # 1..128K rows
+GRID_PAGES = tuple(2**i for i in range(19))
+GRID_BYTES = tuple(2**i for i in range(10, 33))
+GRID_PER_EXPERT = tuple(2**i for i in range(15))  # token-expert pairs per touched expert
+MAX_KV_TOKENS = 2**23  # batch × context the profiler allocates at most (one layer, ≤ ~10 GB BF16)
+MAX_PAIRS = 2**18
+
+
+@dataclass(frozen=True)
+class Op:
+    """`count` identical kernels of one family and shape (e.g. one per layer)."""
+
+    family: str
+    shape: Shape
+    count: int = 1
+
+    @classmethod
+    def of(cls, family: str, count: int = 1, **shape: int | str) -> Op:
+        if shape.keys() != _KEYS[family]:
+            raise ValueError(f"{family}: shape keys {sorted(shape)} != {sorted(FAMILIES[family])}")
+        return cls(family, tuple(sorted(shape.items())), count)
+
+    @property
+    def params(self) -> dict[str, int | str]:
+        return dict(self.shape)
+
+
+class Spec(NamedTuple):
+    """An op as the parts of a step are priced: `params` may hold arrays (one value per step size)."""
+
+    family: str
+    params: dict[str, Any]
+    count: int
+
+
+def expected_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Distinct experts a batch of `tokens` touches when each picks top_k of `experts` uniformly."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def context_cap(model: ModelSpec) -> int | None:
+    """Keys the main attention reads per query at most: DSA's top-k, else all of them (None)."""
+    return model.indexer.topk if model.indexer else None
+
+
+def _attended(model: ModelSpec, context: int) -> int:
+    cap = context_cap(model)
+    return min(context, cap) if cap else context
+
+
+def _div(x: int, parts: int) -> int:
+    return -(-x // parts)
+
+
+class _Builder:
+    """Collects ops, merging identical ones, in order of first appearance.
+
+    With `merge=False` ops are kept one by one as `Spec`s, unmerged and unsorted (cheaper to build for a
+    part priced once), and shape values may be numpy arrays (one op list for many step sizes at once).
+    """
+
+    def __init__(self, model: ModelSpec, pool: Pool, merge: bool = True) -> None:
+        self.model, self.pool, self.merge = model, pool, merge
+        self.rule = format_rule(model, pool.weights)
+        self.group = pool.int4_group_size or self.rule.group_size or 128
+        self.counts: dict[tuple[str, Shape], int] = {}
+        self.unmerged: list[Spec] = []
+
+    def add(self, family: str, count: int, **shape: Any) -> None:
+        if count <= 0:
+            return
+        if shape.keys() != _KEYS[family]:
+            raise ValueError(f"{family}: shape keys {sorted(shape)} != {sorted(FAMILIES[family])}")
+        if self.merge:
+            key = (family, tuple(sorted(shape.items())))
+            self.counts[key] = self.counts.get(key, 0) + count
+        else:
+            self.unmerged.append(Spec(family, shape, count))
+
+    def fmt(self, component: Component) -> tuple[str, int]:
+        if self.pool.weights != "bf16" and component in self.rule.components:
+            return self.pool.weights, self.group if self.pool.weights == "int4" else 0
+        return "bf16", 0
+
+    def gemm(self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1) -> None:
+        w, g = self.fmt(component)
+        self.add("gemm", count, m=m, n=n, k=k, batch=batch, weights=w, group=g)
+        if w == "fp8":  # W8A8 block FP8 quantizes activations per 128-group first: its own kernel
+            self.elementwise(m * k * batch * 3, count)
+
+    def moe(self, tokens: Any, experts: Any, n: int, k: int, count: int, input_rows: Any) -> None:
+        """`input_rows`: rows an FP8 activation quantize reads (the layer's tokens before they fan out)."""
+        w, g = self.fmt("routed_experts")
+        self.add("moe_gemm", count, tokens=tokens, experts=experts, n=n, k=k, weights=w, group=g)
+        if w == "fp8":
+            self.elementwise(input_rows * k * 3, count)
+
+    def elementwise(self, nbytes: Any, count: int) -> None:
+        self.add("elementwise", count, bytes=nbytes if isinstance(nbytes, np.ndarray) else int(nbytes))
+
+    def ops(self) -> list[Op]:
+        return [Op(f, s, c) for (f, s), c in self.counts.items()]
+
+
+def _round_up_from_one(x: Any) -> Any:
+    """max(1, round(x)) for a number or an array (both round half to even)."""
+    return np.maximum(1, np.rint(x)).astype(np.int64) if isinstance(x, np.ndarray) else max(1, round(x))
+
+
+def step_ops(model: ModelSpec, pool: Pool, decode_batch: int, decode_context: int,
+             prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0) -> list[Op]:
+    """The kernels one GPU runs for one step: `decode_batch` sequences of `decode_context` tokens (mean)
+    each decoding one token, plus prefill chunks of (new_tokens, context_before)."""
+    chunks = [(int(t), int(c)) for t, c in prefill_chunks if t > 0]
+    lines = step_lines(model, decode_batch, chunks)
+    if lines["tokens"] == 0:
+        return []
+    b = _Builder(model, pool)
+    for line, x in lines.items():
+        _LINES[line](b, x)
+    _decode(b, decode_batch, decode_context, integrity_pages)
+    for t, before in chunks:
+        _chunk(b, t, before)
+    return b.ops()
+
+
+# A step is the sum of parts that each depend on few numbers, so a cost model can price each part once per
+# value: the "lines" (ops that depend on one count of the step only), the decode batch's attention, and one
+# part per prefill chunk. `step_ops` is exactly their merge.
+
+def step_lines(model: ModelSpec, decode_batch: int, chunks: Sequence[tuple[int, int]]) -> dict[str, int]:
+    """The counts the step's lines depend on: tokens (every row of the step), rows (sequences that sample a
+    token) and absorbed (rows through MLA's absorbed W_UK/W_UV: decode, plus the chunks' under DSA)."""
+    new = sum(t for t, _ in chunks)
+    absorbed = decode_batch + (new if model.indexer else 0) if isinstance(model.attention, MLA) else 0
+    return {"tokens": decode_batch + new, "rows": decode_batch + len(chunks), "absorbed": absorbed}
+
+
+def line_ops(model: ModelSpec, pool: Pool, line: str, x: Any) -> list[Spec]:
+    """The ops of one line (see `step_lines`) at count `x` (x > 0), or at every count of an array `x` at once
+    (shape values are then arrays, one value per count)."""
+    b = _Builder(model, pool, merge=False)
+    _LINES[line](b, x)
+    return b.unmerged
+
+
+def chunk_ops(model: ModelSpec, pool: Pool, tokens: int, before: int) -> list[Spec]:
+    """The ops of one prefill chunk of `tokens` new tokens after `before` that no other part shares."""
+    b = _Builder(model, pool, merge=False)
+    _chunk(b, tokens, before)
+    return b.unmerged
+
+
+def _tokens(b: _Builder, m: Any) -> None:
+    """Everything that runs once per row of the step."""
+    model, pool = b.model, b.pool
+    h, tp, layers = model.hidden, pool.tp, model.layers
+    b.elementwise(m * h * 2 * 2, 1)  # embedding gather (vocab-parallel)
+    b.elementwise(m * h * 2 * 4, 2 * layers)  # input + post-attention RMSNorm fused with the residual add
+    if isinstance(model.attention, MLA):
+        _mla(b, m)
+    else:
+        _gqa(b, m)
+    if model.indexer:
+        _indexer(b, m)
+    _dense_ffn(b, m, layers - model.moe_layers)
+    if model.moe_layers:
+        _moe(b, m, model.moe_layers)
+    if tp > 1:
+        b.add("allreduce", 2 * layers + 1, bytes=m * h * 2, ranks=tp)  # + the vocab-parallel embedding's
+    b.elementwise(m * h * 2 * 2, 1)  # final norm
+
+
+def _rows(b: _Builder, rows: Any) -> None:
+    """Logits only for each sequence's last position."""
+    model, tp = b.model, b.pool.tp
+    b.gemm("lm_head", rows, _div(model.vocab, tp), model.hidden, 1)
+    if tp > 1:
+        b.add("allgather", 1, bytes=rows * model.vocab * 2, ranks=tp)
+    b.elementwise(rows * model.vocab * 4 * 2, 1)  # softmax / sampling over fp32 logits
+
+
+def _absorbed(b: _Builder, rows: Any) -> None:
+    """MLA's absorbed form: W_UK takes per-head q_nope into the latent (kv_b_proj's K half, kept BF16 for the
+    bmm), W_UV takes the latent output back to v_head_dim per head."""
+    a = b.model.attention
+    if not isinstance(a, MLA) or (not isinstance(rows, np.ndarray) and not rows):
+        return
+    L, heads = b.model.layers, _div(a.heads, b.pool.tp)
+    b.add("gemm", L, m=rows, n=a.kv_lora_rank, k=a.qk_nope_head_dim, batch=heads, weights="bf16", group=0)
+    b.add("gemm", L, m=rows, n=a.v_head_dim, k=a.kv_lora_rank, batch=heads, weights="bf16", group=0)
+
+
+_LINES: dict[str, Callable[[_Builder, Any], None]] = {"tokens": _tokens, "rows": _rows, "absorbed": _absorbed}
+LINES = tuple(_LINES)
+
+
+def _decode(b: _Builder, batch: int, context: int, integrity_pages: int) -> None:
+    model, pool = b.model, b.pool
+    if not batch:
+        return
+    a, L, tp = model.attention, model.layers, pool.tp
+    if isinstance(a, MLA):
+        b.add("decode_attention_mla", L, heads=_div(a.heads, tp), batch=batch, context=_attended(model, context),
+              kv=pool.kv_cache, layout=pool.kv_layout, page_size=pool.page_size)
+    else:
+        b.add("decode_attention_gqa", L, q_heads=_div(a.heads, tp), kv_heads=_div(a.kv_heads, tp),
+              head_dim=a.head_dim, batch=batch, context=_attended(model, context), kv=pool.kv_cache,
+              page_size=pool.page_size)
+    if model.indexer:
+        b.add("decode_indexer", _indexed_layers(model), batch=batch, context=int(context), **_indexer_keys(model))
+    if integrity_pages > 0:
+        b.add("integrity_check", 1, pages=int(integrity_pages))
+
+
+def _chunk(b: _Builder, t: int, before: int) -> None:
+    model, pool = b.model, b.pool
+    a, L, tp = model.attention, model.layers, pool.tp
+    topk = model.indexer.topk if model.indexer else 0
+    if isinstance(a, MLA):
+        heads = _div(a.heads, tp)
+        if model.indexer:  # sparse: absorbed MQA over the latents
+            b.add("prefill_attention", L, heads=heads, kv_heads=1, qk_dim=a.kv_lora_rank + a.qk_rope_head_dim,
+                  v_dim=a.kv_lora_rank, tokens=t, context=before + t, topk=topk)
+        else:  # expand the whole context's latents into per-head K_nope and V, then MHA
+            b.gemm("attention", before + t, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, L)
+            b.add("prefill_attention", L, heads=heads, kv_heads=heads, qk_dim=a.qk_nope_head_dim + a.qk_rope_head_dim,
+                  v_dim=a.v_head_dim, tokens=t, context=before + t, topk=0)
+    else:
+        b.add("prefill_attention", L, heads=_div(a.heads, tp), kv_heads=_div(a.kv_heads, tp), qk_dim=a.head_dim,
+              v_dim=a.head_dim, tokens=t, context=before + t, topk=topk)
+    if model.indexer:
+        b.add("prefill_indexer", _indexed_layers(model), tokens=t, context=before + t, **_indexer_keys(model))
+
+
+def _mla(b: _Builder, m: Any) -> None:
+    model, pool = b.model, b.pool
+    a = model.attention
+    assert isinstance(a, MLA)
+    L, hd, tp = model.layers, model.hidden, pool.tp
+    heads = _div(a.heads, tp)
+    latent = a.kv_lora_rank + a.qk_rope_head_dim
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    if a.q_lora_rank:
+        b.gemm("attention", m, a.q_lora_rank + latent, hd, L)  # fused q_a + kv_a_with_mqa, replicated
+        b.elementwise(m * a.q_lora_rank * 2 * 2, L)  # q_a layernorm
+        b.gemm("attention", m, heads * qk, a.q_lora_rank, L)  # q_b
+    else:
+        b.gemm("attention", m, latent, hd, L)
+        b.gemm("attention", m, heads * qk, hd, L)
+    b.elementwise(m * a.kv_lora_rank * 2 * 2, L)  # kv_a layernorm
+    b.elementwise(m * (heads + 1) * a.qk_rope_head_dim * 2 * 2, L)  # rope on q and the shared k
+    b.add("kv_write", L, tokens=m, width=latent, kv=pool.kv_cache)
+    b.gemm("attention", m, hd, heads * a.v_head_dim, L)  # o_proj
+
+
+def _gqa(b: _Builder, m: Any) -> None:
+    model, pool = b.model, b.pool
+    a = model.attention
+    assert not isinstance(a, MLA)
+    L, tp = model.layers, pool.tp
+    heads, kv_heads = _div(a.heads, tp), _div(a.kv_heads, tp)
+    b.gemm("attention", m, (heads + 2 * kv_heads) * a.head_dim, model.hidden, L)
+    b.elementwise(m * (heads + kv_heads) * a.head_dim * a.partial_rotary_factor * 2 * 2, L)  # rope
+    b.add("kv_write", L, tokens=m, width=2 * kv_heads * a.head_dim, kv=pool.kv_cache)
+    b.gemm("attention", m, model.hidden, heads * a.head_dim, L)  # o_proj
+
+
+def _indexed_layers(model: ModelSpec) -> int:
+    """Layers that compute an index (IndexShare: one per `share_layers`)."""
+    assert model.indexer is not None
+    return math.ceil(model.layers / model.indexer.share_layers)
+
+
+def _indexer_keys(model: ModelSpec) -> dict[str, int]:
+    ix = model.indexer
+    assert ix is not None
+    return dict(heads=ix.heads, head_dim=ix.head_dim, key_bytes=ix.key_bytes, topk=ix.topk)
+
+
+def _indexer(b: _Builder, m: Any) -> None:
+    """DSA's lightning indexer: its projections and key writes (its scoring is per decode batch / chunk)."""
+    model = b.model
+    ix = model.indexer
+    assert ix is not None
+    n = _indexed_layers(model)
+    a = model.attention
+    q_in = a.q_lora_rank if isinstance(a, MLA) and a.q_lora_rank else model.hidden
+    b.gemm("indexer", m, ix.heads * ix.head_dim, q_in, n)  # wq_b
+    b.gemm("indexer", m, ix.head_dim + ix.heads, model.hidden, n)  # wk + per-head weights
+    b.elementwise(m * (ix.heads + 1) * ix.head_dim * 2 * 2, n)  # k norm, rope, fp8 quantize of q and k
+    b.add("kv_write", n, tokens=m, width=ix.head_dim, kv="fp8_e4m3")
+
+
+def _dense_ffn(b: _Builder, m: Any, layers: int) -> None:
+    inter = _div(b.model.dense_intermediate, b.pool.tp)
+    b.gemm("dense_ffn", m, 2 * inter, b.model.hidden, layers)
+    b.elementwise(m * 3 * inter * 2, layers)  # SiLU(gate) × up
+    b.gemm("dense_ffn", m, b.model.hidden, inter, layers)
+
+
+def _moe(b: _Builder, m: Any, layers: int) -> None:
+    model, pool = b.model, b.pool
+    moe = model.moe
+    assert moe is not None
+    hd, E = model.hidden, moe.routed_experts
+    b.gemm("router", m, E, hd, layers)
+    b.elementwise(m * E * 4 * 2, layers)  # scores, grouped top-k
+    pairs = _round_up_from_one(m * moe.top_k / pool.ep)
+    local = _round_up_from_one(expected_experts(E, moe.top_k, m) / pool.ep)
+    inter = _div(moe.intermediate, pool.tp // pool.ep)
+    b.elementwise(pairs * 4 * 2, layers)  # moe_align: sort token-expert pairs by expert, pad to tiles
+    b.moe(pairs, local, 2 * inter, hd, layers, m)
+    b.elementwise(pairs * 3 * inter * 2, layers)
+    b.moe(pairs, local, hd, inter, layers, pairs)
+    b.elementwise((pairs + m) * hd * 2, layers)  # weighted combine of the top-k outputs
+    if moe.shared_experts:
+        inter_s = _div(moe.shared_experts * moe.intermediate, pool.tp)
+        b.gemm("shared_experts", m, 2 * inter_s, hd, layers)
+        b.elementwise(m * 3 * inter_s * 2, layers)
+        b.gemm("shared_experts", m, hd, inter_s, layers)
+
+
+# -- what a profile must measure ---------------------------------------------------------------------------
+
+def profile_shapes(models_pools: Iterable[tuple[ModelSpec, Pool]]) -> dict[str, list[dict[str, int | str]]]:
+    """Every shape the bundled studies' steps produce, plus the grid around them that interpolation needs.
+
+    Collectives are left out (a single GPU cannot time them). Two-axis families get, for every outer value
+    (batch, chunk tokens, touched experts), the whole inner grid, so any point between two profiled outer
+    values is covered by both.
+    """
+    seen: dict[str, set[Shape]] = {}
+    for model, pool in models_pools:
+        local_experts = _div(model.moe.routed_experts, pool.ep) if model.moe else 1
+        for op in {op for ops in _study_steps(model, pool) for op in ops if op.family not in COLLECTIVES}:
+            shapes = seen.setdefault(op.family, set())
+            shapes.add(op.shape)
+            shapes.update(Op.of(op.family, **g).shape for g in _grid(op.family, op.params, local_experts))
+    return {family: [dict(s) for s in sorted(shapes)] for family, shapes in seen.items()}
+
+
+def _study_steps(model: ModelSpec, pool: Pool) -> Iterable[list[Op]]:
+    for batch in STUDY_BATCHES:
+        for ctx in STUDY_CONTEXTS:
+            yield step_ops(model, pool, batch, ctx, (), batch * _div(ctx, pool.page_size))
+    for chunk in STUDY_CHUNKS:
+        for before in STUDY_PREFIXES:
+            yield step_ops(model, pool, 0, 0, [(chunk, before)], 0)
+
+
+def _grid(family: str, s: Mapping[str, int | str], local_experts: int) -> Iterable[dict[str, int | str]]:
+    """Neighbours of one profiled shape along the family's interpolation axes."""
+    if family in ("decode_attention_mla", "decode_attention_gqa", "decode_indexer"):
+        for batch in {*GRID_OUTER, int(s["batch"])}:
+            for ctx in GRID_CONTEXT:
+                if batch * ctx <= MAX_KV_TOKENS:
+                    yield {**s, "batch": batch, "context": ctx}
+    elif family in ("prefill_attention", "prefill_indexer"):
+        for tokens in {*GRID_OUTER, *STUDY_CHUNKS, int(s["tokens"])}:
+            for prefix in GRID_PREFIX:
+                yield {**s, "tokens": tokens, "context": tokens + prefix}
+    elif family == "moe_gemm":
+        powers = {2**i for i in range(local_experts.bit_length())}
+        for experts in {*powers, local_experts, int(s["experts"])}:
+            for per in GRID_PER_EXPERT:
+                if experts * per <= MAX_PAIRS:
+                    yield {**s, "experts": experts, "tokens": experts * per}
+    elif family in ("gemm", "kv_write"):
+        axis = "m" if family == "gemm" else "tokens"
+        for v in GRID_M:
+            yield {**s, axis: v}
+    elif family == "integrity_check":
+        for v in GRID_PAGES:
+            yield {"pages": v}
+    elif family == "elementwise":
+        for v in GRID_BYTES:
+            yield {"bytes": v}

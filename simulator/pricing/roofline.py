@@ -1,0 +1,214 @@
+"""The roofline: what one op should take on a device when no measured table covers it.
+
+    time = max(bytes / (copy_gbs × mem_eff) × mem_factor, flops_padded / (rate × mma_eff)) + kernels × floor
+
+A pure bytes/FLOPs bound is an order of magnitude too optimistic at small batch, where a step is hundreds of
+small kernels, each paying a launch and a tail, plus two all-reduces per layer that pay their latency. The
+floors and the achieved-efficiency factors below are what make the fallback usable; every one says where its
+value comes from. They are leads, to be replaced by measured tables: a measured profile wins.
+
+Rates come from the HardwareSpec, which holds *achievable* ceilings (measured copy bandwidth, the measured
+8192³ BF16 GEMM rate, FP8 at twice that); the factors here are the further share real kernels of each kind
+reach at model shapes.
+
+Shape values may be numpy arrays (e.g. a decode batch's context at many steps); the result then is too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from simulator.config.specs import HardwareSpec
+
+# -- achieved share of HardwareSpec.copy_gbs (the measured device-to-device copy bandwidth) --------------------
+# Weight-streaming GEMM at small m: cuBLAS/Triton GEMV-like kernels on weights of several MB reach 80–90% of
+# copy bandwidth on Hopper (judgement from public GEMV benchmarks); 0.85 is the midpoint.
+MEM_EFF_GEMM = 0.85
+# W4A16 at small m: Marlin reaches 3.9× of FP16 where 4× is ideal up to M = 16–32 (KERNELS.md anchor, A10),
+# i.e. 3.9/4 of the FP16 kernel's bandwidth share.
+MEM_EFF_INT4 = MEM_EFF_GEMM * 3.9 / 4
+# Fused MoE grouped GEMM: per-expert weight tiles of a few MB and gathered token rows; tuned Triton fused_moe
+# configs reach ~60–75% of bandwidth at decode sizes (judgement) — 0.70.
+MEM_EFF_MOE = 0.70
+# Paged split-KV decode attention: a typical Triton/FA paged decode reaches 40–60% of HBM datasheet bandwidth
+# at moderate sizes (KERNELS.md anchor, H100); 50% of datasheet ≈ 55% of copy (copy ≈ 0.9 × datasheet on
+# H200: 4.3 of 4.8 TB/s). FlashMLA's 90% (anchor) is the ceiling a tuned CUDA kernel shows, not the default.
+MEM_EFF_DECODE_ATTN = 0.55
+# Norms, activations, residual adds, sampling: streaming kernels, 70% of copy at the sizes of a step (judgement;
+# small tensors are dominated by the floor anyway).
+MEM_EFF_ELEMENTWISE = 0.70
+# Scattered row writes into pages (KV append, fused FP8 quantize) and tag gathers of the integrity check:
+# 64–1152 B rows at random pages, ~half of a streaming copy (judgement).
+MEM_EFF_SCATTER = 0.50
+
+# -- achieved share of the tensor-core rate (HardwareSpec.bf16_tflops / fp8_tflops, already measured) --------
+# Model-shaped GEMMs (n, k of 0.5–20K) reach ~80% of the 8192³ rate (cuBLAS at 4096–8192 sizes on H100/H200
+# runs 600–700 of ~790 TFLOP/s; judgement from public sweeps).
+MMA_EFF_GEMM = 0.80
+# Grouped expert GEMMs: many small per-expert problems, ragged tails: ~60% (judgement; fused_moe Triton).
+MMA_EFF_MOE = 0.60
+# Causal flash-attention forward in Triton on Hopper: ~400–450 TFLOP/s BF16 against the 790 GEMM ceiling
+# (FA3 in CUDA reaches ~600+): 0.55.
+MMA_EFF_PREFILL_ATTN = 0.55
+# Decode attention and indexer logits: small M tiles, softmax between the two dots: half the GEMM rate.
+MMA_EFF_DECODE_ATTN = 0.50
+# INT4 weights run BF16 tensor cores after dequantizing in registers; at large M the dequant in the main loop
+# costs ~15–25% of the BF16 rate (Marlin/Machete papers report W4A16 at large batch within ~10–20% of FP16;
+# a Triton kernel does worse): 0.80.
+INT4_MMA_FACTOR = 0.80
+# FP8 KV decode: half the bytes, but each loaded tile is dequantized (and scaled) before the BF16 dot.
+# KERNELS.md: FP8 KV is often *slower* than BF16 unless dequant is once per tile; a kernel that does it once
+# per tile still pays ~25% on its memory time (judgement): FP8 ends at ~0.63× BF16 time at long context.
+FP8_KV_DEQUANT_FACTOR = 1.25
+# Tensor-core tiles have at least 16 rows: decode attention's query heads per KV head (MLA: all heads of a
+# rank) and MoE's tokens per expert are padded up to it (KERNELS.md: "so the dot has M ≥ 16").
+MIN_TILE_M = 16
+# NCCL all-reduce on 8 NVLink-connected Hopper GPUs reaches ~400 GB/s bus bandwidth at large messages against
+# the 900 GB/s nameplate (nccl-tests on DGX H100/H200): 0.45.
+NVLINK_EFF = 0.45
+
+# Launches per op: split-KV decode writes partials, then merges them; the indexer computes logits, then top-k.
+KERNELS = {"decode_attention_mla": 2, "decode_attention_gqa": 2, "decode_indexer": 2, "prefill_indexer": 2}
+
+# Bytes per value of a KV-cache format; an MLA latent row in the tiled FP8 layout: 512 e4m3 + 4 fp32 scales +
+# the 64 rope values in BF16 (models.md).
+KV_BYTES = {"bf16": 2.0, "fp8_e4m3": 1.0}
+MLA_LATENT, MLA_NOPE = 576, 512  # the latent row: 512 + 64 rope; V is its first 512
+MLA_ROW_BYTES = {("bf16", "flat"): 1152.0, ("bf16", "tiled"): 1152.0, ("fp8_e4m3", "flat"): 576.0,
+                 ("fp8_e4m3", "tiled"): 656.0}
+INTEGRITY_BYTES_PER_PAGE = 12  # page id, recorded tag, current tag (int32 each)
+FP8_BLOCK_SCALE_BYTES = 4 / (128 * 128)  # fp32 scale per 128×128 block
+
+
+def weight_bytes(weights: str, group: int) -> float:
+    """Bytes per weight: BF16 2, FP8 1 + block scales, INT4 half a byte + a BF16 scale per group."""
+    if weights == "int4":
+        return (4 + 16 / group) / 8
+    return 1.0 + FP8_BLOCK_SCALE_BYTES if weights == "fp8" else 2.0
+
+
+@dataclass(slots=True)  # not frozen: a frozen dataclass costs ~1.5 µs more to build, and ops are priced per step
+class Work:
+    """What an op must move and compute, and how well its kind of kernel does it."""
+
+    bytes: Any
+    flops: Any
+    padded_flops: Any  # what the tensor cores actually run (tiles padded to MIN_TILE_M rows)
+    rate: str  # bf16 | fp8 | int4
+    mem_eff: float
+    mma_eff: float
+    mem_factor: float = 1.0
+    kernels: int = 1
+
+
+# Scalars stay Python floats (a step prices dozens of scalar ops; numpy's per-call overhead would dominate).
+def _maximum(a: Any, b: Any) -> Any:
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def _pad(x: Any) -> Any:
+    return _maximum(x, MIN_TILE_M)
+
+
+def _causal_pairs(tokens: Any, context: Any, topk: int) -> Any:
+    """(query, key) pairs of `tokens` new queries at positions context−tokens+1..context; ≤ topk keys each."""
+    a, b = context - tokens + 1, context
+    dense = tokens * (a + b) / 2
+    if not topk:
+        return dense
+    k = topk
+    partial = (a + k) * (k - a + 1) / 2 + (b - k) * k
+    if isinstance(b, np.ndarray) or isinstance(a, np.ndarray):
+        return np.where(k >= b, dense, np.where(k < a, k * tokens, partial))
+    return dense if k >= b else k * tokens if k < a else partial
+
+
+def work(family: str, s: Mapping[str, Any]) -> Work:
+    if family == "gemm":
+        m, n, k, batch = s["m"], s["n"], s["k"], s["batch"]
+        w = s["weights"]
+        wb = batch * n * k * weight_bytes(w, s["group"])
+        flops = 2.0 * batch * m * n * k
+        return Work(wb + batch * m * (n + k) * 2, flops, flops, w, MEM_EFF_INT4 if w == "int4" else MEM_EFF_GEMM,
+                    MMA_EFF_GEMM)
+    if family == "moe_gemm":
+        t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
+        rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
+        wb = e * n * k * weight_bytes(w, s["group"])
+        return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, w,
+                    MEM_EFF_INT4 * MEM_EFF_MOE / MEM_EFF_GEMM if w == "int4" else MEM_EFF_MOE, MMA_EFF_MOE)
+    if family == "decode_attention_mla":
+        h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
+        flops = 2.0 * b * c * (MLA_LATENT + MLA_NOPE)
+        return Work(b * c * MLA_ROW_BYTES[kv, s["layout"]] + b * h * (MLA_LATENT + MLA_NOPE) * 2,
+                    flops * h, flops * _pad(h), "bf16", MEM_EFF_DECODE_ATTN, MMA_EFF_DECODE_ATTN,
+                    FP8_KV_DEQUANT_FACTOR if kv == "fp8_e4m3" else 1.0, KERNELS[family])
+    if family == "decode_attention_gqa":
+        hq, hk, d, b, c, kv = s["q_heads"], s["kv_heads"], s["head_dim"], s["batch"], s["context"], s["kv"]
+        per_head = 2.0 * b * c * 2 * d
+        return Work(b * c * hk * 2 * d * KV_BYTES[kv] + b * hq * d * 2 * 2, per_head * hq,
+                    per_head * hk * _pad(hq / hk), "bf16", MEM_EFF_DECODE_ATTN, MMA_EFF_DECODE_ATTN,
+                    FP8_KV_DEQUANT_FACTOR if kv == "fp8_e4m3" else 1.0, KERNELS[family])
+    if family == "prefill_attention":
+        h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
+        flops = 2.0 * h * _causal_pairs(t, c, s["topk"]) * (dq + dv)
+        return Work(t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2, flops, flops, "bf16", MEM_EFF_DECODE_ATTN,
+                    MMA_EFF_PREFILL_ATTN)
+    if family in ("decode_indexer", "prefill_indexer"):
+        h, d, kb = s["heads"], s["head_dim"], s["key_bytes"]
+        if family == "decode_indexer":
+            queries, pairs, keys = s["batch"], s["batch"] * s["context"], s["batch"] * s["context"]
+        else:
+            queries, pairs, keys = s["tokens"], _causal_pairs(s["tokens"], s["context"], 0), s["context"]
+        # FP8 q·k per head, ReLU-weighted sum over heads, fp32 logits written then read by top-k.
+        return Work(keys * kb + queries * h * d + pairs * 4 * 2, 2.0 * pairs * h * d, 2.0 * pairs * _pad(h) * d,
+                    "fp8", MEM_EFF_DECODE_ATTN, MMA_EFF_DECODE_ATTN, kernels=KERNELS[family])
+    if family == "kv_write":
+        b = s["tokens"] * s["width"] * (2 + KV_BYTES[s["kv"]])
+        return Work(b, 0.0, 0.0, "bf16", MEM_EFF_SCATTER, 1.0)
+    if family == "integrity_check":
+        return Work(s["pages"] * INTEGRITY_BYTES_PER_PAGE, 0.0, 0.0, "bf16", MEM_EFF_SCATTER, 1.0)
+    if family == "elementwise":
+        return Work(s["bytes"], 0.0, 0.0, "bf16", MEM_EFF_ELEMENTWISE, 1.0)
+    raise KeyError(f"no roofline for op family '{family}'")
+
+
+def _rate_tflops(rate: str, hw: HardwareSpec) -> float:
+    if rate == "fp8":
+        return hw.fp8_tflops
+    return hw.bf16_tflops * (INT4_MMA_FACTOR if rate == "int4" else 1.0)
+
+
+def _collective_bytes(family: str, s: Mapping[str, Any]) -> Any:
+    """Bytes each rank sends: ring all-reduce 2(n−1)/n × bytes, all-gather (n−1)/n × bytes."""
+    n = s["ranks"]
+    return (2 if family == "allreduce" else 1) * (n - 1) / n * s["bytes"]
+
+
+def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, Any, float]:
+    """The memory time, the tensor-core time and the launch floors of one op (not a collective)."""
+    w = work(family, s)
+    mem = w.bytes / (hw.copy_gbs * w.mem_eff * 1e3) * w.mem_factor
+    mma = w.padded_flops / (_rate_tflops(w.rate, hw) * w.mma_eff * 1e6)
+    return mem, mma, w.kernels * hw.kernel_floor_us
+
+
+def op_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
+    """Microseconds of one op of this family and shape on `hw`."""
+    if family in ("allreduce", "allgather"):
+        return hw.allreduce_latency_us + _collective_bytes(family, s) / (hw.nvlink_gbs * NVLINK_EFF * 1e3)
+    mem, mma, floor = terms_us(family, s, hw)
+    return _maximum(mem, mma) + floor
+
+
+def ideal_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
+    """The pure bytes/FLOPs bound: datasheet HBM bandwidth, tensor-core ceiling, no floors, padding or latency."""
+    if family in ("allreduce", "allgather"):
+        return _collective_bytes(family, s) / (hw.nvlink_gbs * 1e3)
+    w = work(family, s)
+    rate = hw.fp8_tflops if w.rate == "fp8" else hw.bf16_tflops
+    return _maximum(w.bytes / (hw.hbm_gbs * 1e3), w.flops / (rate * 1e6))

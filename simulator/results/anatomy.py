@@ -1,0 +1,60 @@
+"""Step anatomy: what one representative step of each pool spends its time on, and where the times came from.
+
+Results carry it so a report can say *why* — e.g. an INT4 prefill chunk is slower than FP8 because its GEMMs
+run BF16 tensor cores after dequantization while FP8 runs FP8 tensor cores at twice the rate.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.modeled.engine import Simulation
+
+TOP = 6  # families listed per step; the rest are summed as "other"
+
+
+def _families(by_family: dict[str, float]) -> dict[str, float]:
+    ranked = sorted(by_family.items(), key=lambda kv: -kv[1])
+    out = {k: round(v * 1e3, 4) for k, v in ranked[:TOP]}
+    rest = sum(v for _, v in ranked[TOP:])
+    if rest:
+        out["other"] = round(rest * 1e3, 4)
+    return out
+
+
+def step_anatomy(sim: Simulation) -> dict[str, Any]:
+    """Per pool: a prefill chunk (chunk_size tokens, or the mean prompt if shorter) and, where the pool decodes,
+    a decode step at the mean batch and mean context it actually ran — each as milliseconds by op family."""
+    out: dict[str, Any] = {}
+    recs = list(sim.records.values())
+    mean_prompt = int(sum(r.prompt for r in recs) / len(recs)) if recs else 1
+    mean_output = int(sum(r.output for r in recs) / len(recs)) if recs else 1
+    for name, insts in sim.pools.items():
+        inst = insts[0]
+        pool, cost = inst.pool, inst.cost
+        entry: dict[str, Any] = {}
+        if inst in sim.entry:  # the pool that prefills new requests (a disaggregated decode pool only recomputes)
+            chunk = max(1, min(pool.chunk_size, pool.max_batch_tokens, mean_prompt))
+            fam = cost.breakdown(0, 0, 0, [(chunk, 0)])
+            entry["prefill_chunk"] = {"tokens": chunk, "ms": round(sum(fam.values()) * 1e3, 4),
+                                      "by_family": _families(fam)}
+        steps = sum(i.stats.steps for i in insts)
+        if name == "decode" and steps:
+            batch = max(1, round(sum(i.stats.decode_seq_steps for i in insts) / steps))
+            ctx = batch * (mean_prompt + mean_output // 2)
+            pages = batch * -(-(mean_prompt + mean_output // 2) // pool.page_size)
+            fam = cost.breakdown(batch, ctx, pages)
+            entry["decode_step"] = {"batch": batch, "context": mean_prompt + mean_output // 2,
+                                    "ms": round(sum(fam.values()) * 1e3, 4), "by_family": _families(fam)}
+        names = {"table": "profile_table", "fallback": "roofline", "collective": "collective_model"}
+        entry["priced_from"] = {names[k]: round(v, 4) for k, v in cost.usage.shares().items()}
+        out[name] = entry
+    first = out["prefill"] if "prefill" in out else out["decode"]
+    chunk = first["prefill_chunk"]["by_family"]
+    out["summary"] = {
+        "prefill_chunk_ms": first["prefill_chunk"]["ms"],
+        "prefill_chunk_gemm_ms": round(chunk.get("gemm", 0.0) + chunk.get("moe_gemm", 0.0), 4),
+        "decode_step_ms": out["decode"].get("decode_step", {}).get("ms"),
+    }
+    return out

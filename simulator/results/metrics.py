@@ -1,0 +1,128 @@
+"""From a finished simulation to the Result document of ARCHITECTURE.md (the executor writes the same)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simulator.modeled.engine import Simulation
+
+SERIES_POINTS = 120
+EVENTS_KEPT = 200  # integrity aborts listed in a Result (all are counted)
+
+
+def percentiles(values: np.ndarray) -> dict[str, float | None]:
+    if values.size == 0:
+        return {"p50": None, "p95": None, "p99": None}
+    p = np.percentile(values, [50, 95, 99])
+    return {"p50": round(float(p[0]), 4), "p95": round(float(p[1]), 4), "p99": round(float(p[2]), 4)}
+
+
+def _occupancy(sim: Simulation, end: float) -> dict[str, Any]:
+    """Time-weighted KV occupancy of the decode pool (the pool whose memory binds concurrency)."""
+    insts = sim.pools["decode"]
+    if end <= 0:
+        return {"mean": 0.0, "max": 0.0, "series": []}
+    grid = np.linspace(0.0, end, SERIES_POINTS + 1)
+    mean_total, peak, series = 0.0, 0.0, np.zeros(SERIES_POINTS + 1)
+    for inst in insts:
+        t, d = inst.stats.page_changes()
+        times, sums = t, np.zeros(0, dtype=np.int64)
+        if t.size:  # same-time changes are summed before any max
+            order = np.argsort(t, kind="stable")
+            ts = t[order]
+            first = np.flatnonzero(np.concatenate(([True], ts[1:] != ts[:-1])))  # each time's first change
+            times, sums = ts[first], np.add.reduceat(d[order], first)
+        v = np.concatenate([[0], np.cumsum(sums)]) / inst.cache.num_pages
+        times = np.concatenate([[0.0], times, [end]])
+        dt = np.diff(np.clip(times, 0, end))
+        mean_total += float((v * dt).sum()) / end
+        peak = max(peak, float(v.max()))
+        series += v[np.clip(np.searchsorted(times, grid, side="right") - 1, 0, len(v) - 1)]
+    n = len(insts)
+    return {
+        "mean": round(mean_total / n, 4),
+        "max": round(peak, 4),
+        "series": [[round(float(a), 3), round(float(b) / n, 4)] for a, b in zip(grid, series, strict=True)],
+    }
+
+
+def build_metrics(sim: Simulation) -> dict[str, Any]:
+    sc = sim.sc
+    recs = list(sim.records.values())
+    done = [r for r in recs if r.status == "completed"]
+    arr = np.array([r.arrival for r in recs]) if recs else np.zeros(0)
+    fin = np.array([r.finish for r in done]) if done else np.zeros(0)
+    start = float(arr.min()) if arr.size else 0.0
+    end = float(fin.max()) if fin.size else start
+    span = max(end - start, 1e-12)
+    out_tok = sum(r.output for r in done)
+    in_tok = sum(r.prompt for r in done)
+    ttft = np.array([(r.first_token - r.arrival) * 1e3 for r in done])
+    e2e = np.array([(r.finish - r.arrival) * 1e3 for r in done])
+    tpot = np.array([(r.finish - r.first_token) * 1e3 / (r.output - 1) for r in done if r.output > 1])
+    gpus = sum(p.gpus for p in sc.deployment.pools().values())
+    price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
+    slo_ok = sum(
+        1 for r in done
+        if (r.first_token - r.arrival) * 1e3 <= sc.slo.ttft_ms
+        and (r.output <= 1 or (r.finish - r.first_token) * 1e3 / (r.output - 1) <= sc.slo.tpot_ms)
+    )
+    entry = sim.entry
+    lookups = sum(i.cache.lookup_tokens for i in entry)
+    hits = sum(i.cache.hit_tokens for i in entry)
+    counters = [i.sched.counters for insts in sim.pools.values() for i in insts]
+    decode = sim.pools["decode"]
+    usd = gpus * price * span / 3600.0
+    return {
+        "requests": len(recs),
+        "completed": len(done),
+        "rejected": sum(1 for r in recs if r.status == "rejected"),
+        "aborted": sum(1 for r in recs if r.status == "aborted"),
+        "unfinished": sum(1 for r in recs if r.status == "pending"),
+        "preempted": sum(c.preempted for c in counters),
+        "duration_s": round(span, 6),
+        "output_tokens": out_tok,
+        "input_tokens": in_tok,
+        "output_tokens_per_s": round(out_tok / span, 3),
+        "input_tokens_per_s": round(in_tok / span, 3),
+        "output_tokens_per_s_per_gpu": round(out_tok / span / gpus, 3),
+        "ttft_ms": percentiles(ttft),
+        "tpot_ms": percentiles(tpot),
+        "e2e_ms": percentiles(e2e),
+        "max_running": max(i.stats.max_batch for i in decode),
+        "kv_occupancy": _occupancy(sim, end),
+        "slo_attainment": round(slo_ok / len(recs), 4) if recs else None,
+        "cost_per_mtok_usd": round(usd / (out_tok / 1e6), 4) if out_tok else None,
+        "prefix_hit_rate": round(hits / lookups, 4) if lookups else 0.0,
+        # prompt tokens a decode instance already held (session affinity): their KV was not transferred
+        "transfer_tokens_saved": sum(r.cached_tokens for r in recs),
+        "gpus": gpus,
+        "utilization": {
+            name: round(sum(i.stats.busy_s for i in insts) / (len(insts) * span), 4)
+            for name, insts in sim.pools.items()
+        },
+    }
+
+
+def build_integrity(sim: Simulation) -> dict[str, Any]:
+    counters = [i.sched.counters for insts in sim.pools.values() for i in insts]
+    injected = sum(sim.injector.injected.values()) if sim.injector else 0
+    return {
+        "enabled": sim.sc.integrity.enabled,
+        "checked_pages": sum(c.checked_pages for c in counters),
+        "injected": injected,
+        "injected_by_kind": dict(sorted(sim.injector.injected.items())) if sim.injector else {},
+        "detected": sum(c.detected for c in counters),
+        "false_positives": sum(c.false_positives for c in counters),
+        "aborted_requests": sum(c.aborted for c in counters),
+        "tokens_lost": sum(c.tokens_lost for c in counters),
+        # each abort: which request, which table slot and page failed, how, and the fault planted there
+        "events": sorted(
+            ({"request": e.request, "slot": e.slot, "page": e.page, "kind": e.kind, "injected": e.injected}
+             for c in counters for e in c.aborts),
+            key=lambda e: e["request"],
+        )[:EVENTS_KEPT],
+    }

@@ -1,0 +1,97 @@
+"""Human-readable reports of Results; every report says where its step times came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.config.scenario import Scenario
+from simulator.config.sweep import COLUMNS, lookup, paired_deltas
+
+DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
+
+
+def provenance_line(result: dict[str, Any]) -> str:
+    p = result["provenance"]
+    if p.get("profile_source") == "measured":
+        return f"step times: MEASURED kernel profile on {p.get('device')} ({p.get('file')}, {p.get('date')})"
+    return (f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}) - "
+            "no kernel was measured for these numbers")
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def print_run(console: Console, result: dict[str, Any]) -> None:
+    m, it = result["metrics"], result["integrity"]
+    console.print(f"[bold]{result['scenario']['name']}[/bold]  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)")
+    t = Table("metric", "value", show_header=False)
+    rows = [
+        ("output tokens/s (per GPU)", f"{_fmt(m['output_tokens_per_s'])} ({_fmt(m['output_tokens_per_s_per_gpu'])})"),
+        ("input tokens/s", _fmt(m["input_tokens_per_s"])),
+        ("TTFT p50/p95/p99 ms", " / ".join(_fmt(m["ttft_ms"][k]) for k in ("p50", "p95", "p99"))),
+        ("TPOT p50/p95/p99 ms", " / ".join(_fmt(m["tpot_ms"][k]) for k in ("p50", "p95", "p99"))),
+        ("E2E p50/p95/p99 ms", " / ".join(_fmt(m["e2e_ms"][k]) for k in ("p50", "p95", "p99"))),
+        ("requests completed / rejected / aborted",
+         f"{m['completed']:,} / {m['rejected']:,} / {m['aborted']:,} of {m['requests']:,}"),
+        ("preempted", _fmt(m["preempted"])),
+        ("max running (decode instance)", _fmt(m["max_running"])),
+        ("KV occupancy mean / max", f"{m['kv_occupancy']['mean']:.1%} / {m['kv_occupancy']['max']:.1%}"),
+        ("prefix hit rate", f"{m['prefix_hit_rate']:.1%}"),
+        ("SLO attainment", "-" if m["slo_attainment"] is None else f"{m['slo_attainment']:.1%}"),
+        ("cost per M output tokens", "-" if m["cost_per_mtok_usd"] is None else f"${m['cost_per_mtok_usd']:.3f}"),
+        ("integrity", f"{'on' if it['enabled'] else 'off'}: checked {it['checked_pages']:,} pages, injected "
+                      f"{it['injected']}, detected {it['detected']}, false positives {it['false_positives']}, "
+                      f"aborted {it['aborted_requests']}, tokens lost {it['tokens_lost']:,}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    print_anatomy(console, result)
+    console.print(provenance_line(result))
+
+
+def print_anatomy(console: Console, result: dict[str, Any]) -> None:
+    """One line per representative step: its time and the op families that take most of it."""
+    for pool, entry in result.get("step_anatomy", {}).items():
+        if pool == "summary":
+            continue
+        for kind, label in (("prefill_chunk", "tokens"), ("decode_step", "batch")):
+            step = entry.get(kind)
+            if step is None:
+                continue
+            fams = ", ".join(f"{k} {v:,.1f}" for k, v in step["by_family"].items())
+            console.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
+
+
+def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:
+    paths = list(sc.sweep)
+    t = Table(*[p.split(".")[-1] for p in paths], *[h for h, _ in COLUMNS], title=sc.name)
+    for r in results:
+        t.add_row(*[str(r["point"][p]) for p in paths], *[_fmt(lookup(r, p)) for _, p in COLUMNS])
+    console.print(t)
+    for axis in (a for a in DELTA_AXES if a in sc.sweep):
+        rows = paired_deltas(results, axis)
+        values = list(dict.fromkeys(r["point"][axis] for r in results))
+        if not rows:
+            continue
+        rest = list(rows[0]["point"])
+        t = Table(*[p.split(".")[-1] for p in rest], "throughput change", "TPOT p95 ms", "TPOT p95 change",
+                  title=f"{axis}: {values[0]} vs {values[1]}")
+        for r in rows:
+            tput, tpot = r["throughput_change"], r["tpot_p95_change"]
+            a, b = r["tpot_p95_ms"]
+            t.add_row(*[str(v) for v in r["point"].values()], "-" if tput is None else f"{tput:+.2%}",
+                      f"{_fmt(a)} vs {_fmt(b)}", "-" if tpot is None else f"{tpot:+.2%}")
+        console.print(t)
+    if results:
+        console.print(provenance_line(results[0]))
+    console.print(f"csv: {csv_path}")

@@ -1,0 +1,90 @@
+"""A request's life on one instance, and the step counter its progress is read from.
+
+While a sequence is in the decode batch its progress is not written step by step: it reads its instance's step
+counter, so a run of k steps advances the whole batch by adding k to one number. The sequence holds the counter,
+not the scheduler, so it depends on nothing that schedules it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.serving.integrity import Fault
+from simulator.serving.tables import BlockTable
+from simulator.workload.request import Request
+
+
+class StepCounter:
+    """Decode steps an instance has applied; batch sequences count their progress from it."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _progress(attr: str, sign: int, doc: str) -> property:
+    """A count that moves by `sign` per decode step while its sequence is in the batch; set only outside it."""
+
+    def get(seq: Seq) -> int:
+        return getattr(seq, attr) + sign * seq._moved()
+
+    def set_(seq: Seq, value: int) -> None:
+        if seq._origin is not None:
+            raise RuntimeError("a batch sequence's progress moves with the step count only")
+        setattr(seq, attr, value)
+
+    return property(get, set_, doc=doc)
+
+
+class Seq:
+    """A request's life on one instance.
+
+    While it is in the decode batch its progress moves with the scheduler's step counter instead of being
+    written step by step: the stored values are those at `_origin` (the counter when it joined), so a run of k
+    steps advances the whole batch by adding k to one counter.
+    """
+
+    __slots__ = ("req", "target", "table", "keys", "order", "fault", "status", "_counter", "_origin",
+                 "_computed", "_remaining", "_generated", "_fault_in")
+
+    def __init__(self, req: Request, target: int, counter: StepCounter, remaining: int, keys: np.ndarray) -> None:
+        self.req = req
+        self.target = target  # tokens whose KV must be cached before decoding (prompt, or + output on recompute)
+        self.table = BlockTable()
+        self.keys = keys
+        self.order = 0  # admission order: preemption takes the newest first
+        self.fault: Fault | None = None
+        self.status = "waiting"  # waiting | prefill | transfer | decode | prefilled | done | aborted
+        self._counter = counter
+        self._origin: int | None = None  # the counter when it joined the batch (None: not in it)
+        self._computed = 0
+        self._remaining = remaining
+        self._generated = 0
+        self._fault_in = -1
+
+    def _moved(self) -> int:
+        return 0 if self._origin is None else self._counter.n - self._origin
+
+    computed = _progress("_computed", +1, "Tokens whose KV is in this instance's cache.")
+    remaining = _progress("_remaining", -1, "Output tokens this instance still has to produce.")
+    generated = _progress("_generated", +1, "Output tokens produced so far (a recompute must redo them).")
+
+    @property
+    def fault_in(self) -> int:
+        """Decode steps before a planned fault is injected (negative: none planned)."""
+        return self._fault_in if self._fault_in < 0 else self._fault_in - self._moved()
+
+    @fault_in.setter
+    def fault_in(self, value: int) -> None:
+        self._fault_in = -1 if value < 0 else value + self._moved()
+
+    def _settle(self) -> None:
+        """Leave the batch: store the values as of now."""
+        moved = self._moved()
+        self._computed += moved
+        self._remaining -= moved
+        self._generated += moved
+        if self._fault_in >= 0:
+            self._fault_in -= moved
+        self._origin = None

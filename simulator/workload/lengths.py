@@ -1,0 +1,59 @@
+"""Token-length sampling: every distribution a scenario can name, drawn many at a time with numpy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from simulator.config.scenario import Length
+from simulator.errors import InputError
+
+
+def resolve(path: str, base_dir: Path | None) -> Path:
+    """A relative path names a file beside the scenario first, then one under the working directory.
+
+    The fallback lets a scenario in `scenarios/` name `traces/x.jsonl` when run from the repository root.
+    """
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    tried = [base_dir / p, p] if base_dir is not None else [p]
+    return next((c for c in tried if c.exists()), tried[0])
+
+
+def read_lengths(path: Path) -> np.ndarray:
+    """One positive integer per line (blanks skipped): the population an empirical length is drawn from."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read length file ({e.strerror})") from None
+    values = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            v = int(line)
+        except ValueError:
+            v = 0
+        if v < 1:
+            raise InputError(f"{path}: line {n}: expected a positive integer length, got {line.strip()!r}")
+        values.append(v)
+    if not values:
+        raise InputError(f"{path}: length file has no lengths")
+    return np.array(values, dtype=np.int64)
+
+
+def sample(length: Length, rng: np.random.Generator, n: int, base_dir: Path | None = None) -> np.ndarray:
+    """`n` integer lengths, clipped to [1, length.max]; rounding and clipping keep every request servable."""
+    if length.dist == "fixed":
+        x = np.full(n, length.value, dtype=np.int64)
+    elif length.dist == "uniform":
+        x = rng.integers(length.low, length.high, size=n, endpoint=True, dtype=np.int64)
+    elif length.dist == "lognormal":
+        x = rng.lognormal(np.log(length.median), length.sigma, size=n)
+        x = np.rint(np.minimum(x, 2.0**53)).astype(np.int64)  # a far tail must not overflow the cast
+    else:
+        assert length.file is not None
+        x = rng.choice(read_lengths(resolve(length.file, base_dir)), size=n)
+    return np.clip(x, 1, length.max if length.max is not None else None)
