@@ -154,7 +154,7 @@ def test_page_keys_need_whole_known_blocks() -> None:
 def test_table_store_grows_rows_and_columns_without_losing_entries() -> None:
     """More tables than the store's first rows and longer than its first columns: every entry survives each
     resize, released rows are padded again, and the batched check sees every page."""
-    from simulator.serving.integrity import check_tables
+    from serving_helpers import check_tables
 
     cache = PagedCache(num_pages=40_000, page_size=16, prefix_caching=False)
     tables, expect = [], []

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from serving_helpers import check_tables
 
 from simulator.serving.cache import PagedCache
-from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker, check_tables, release_after_fault
+from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker, release_after_fault
 from simulator.serving.scheduler import Scheduler
 from simulator.serving.tables import BlockTable
 from simulator.workload.request import Request

@@ -70,11 +70,6 @@ def check_rows(rows: np.ndarray, cache: PagedCache, out: np.ndarray | None = Non
     return violations, total
 
 
-def check_tables(tables: Sequence[BlockTable], cache: PagedCache) -> tuple[list[Violation], int]:
-    """`check_rows` of these tables (a table without pages has no row, and passes)."""
-    return check_rows(np.array([t.row for t in tables], dtype=np.int64), cache)
-
-
 class CheckingTracker:
     enabled = True
 
