@@ -4,6 +4,10 @@ An instance advances a whole run of identical decode steps at once: it prices th
 (vectorised over the growing context), and if an outside event (an arrival, a finished transfer) lands
 inside the run it stops at the end of the step in flight — exactly where a step-by-step clock would next
 decide. `step_mode=True` forces one step at a time; a test requires both to give identical timelines.
+
+A `StepTimer` (the replay executor's real clock, on the kernels side) may take over a step's time in step
+mode: the engine hands it each plan as the step starts (its pages booked) and advances by the seconds it
+returns, or by the cost model where it returns None. The decisions stay this engine's own.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -66,6 +71,16 @@ class InstanceStats:
     def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
         """All (time, change) pairs, in no particular order."""
         return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
+
+
+class StepTimer(Protocol):
+    """What times a step instead of the cost model (step mode only)."""
+
+    def attach(self, sim: Simulation) -> None:
+        """Called once the instances exist, before the run."""
+
+    def step_s(self, inst: Instance, plan: Plan) -> float | None:
+        """Seconds of the plan's first step, starting now (None: the cost model's)."""
 
 
 _RUN_END = object()  # the value of a wake-up by the run's own timer
@@ -170,6 +185,11 @@ class Instance(ServingInstance):
         """End times of the plan's next n steps (plain floats: the loop and routing read them one at a time),
         and for a decode run the priced steps to charge once it is known how many ran. A step with prefill
         chunks is always a run of one, so it is charged at once."""
+        timer = self.sim.timer
+        if timer is not None:
+            t = timer.step_s(self, plan)
+            if t is not None:
+                return [self.clock + t], None
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s._computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
@@ -243,9 +263,12 @@ class Instance(ServingInstance):
 
 class Simulation:
     def __init__(self, sc: Scenario, *, step_mode: bool = False, base_dir: Path | None = None,
-                 on_progress: Callable[[int], None] | None = None) -> None:
+                 on_progress: Callable[[int], None] | None = None, timer: StepTimer | None = None) -> None:
+        if timer is not None and not step_mode:
+            raise ValueError("a step timer times one step at a time: it needs step_mode")
         self.sc = sc
         self.step_mode = step_mode
+        self.timer = timer
         self.env = simpy.Environment()
         self.on_progress = on_progress
         self.profile = Profile.for_scenario(sc, base_dir)
@@ -278,6 +301,8 @@ class Simulation:
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
         tr = sc.deployment.transfer
         self._link_latency_s, self._link_bytes_per_s = tr.latency_ms / 1e3, tr.bandwidth_gbs * 1e9
+        if timer is not None:
+            timer.attach(self)
 
     def _transfer_bytes_per_token(self) -> float:
         """Bytes of one token's KV that cross the link: the prefill pool's cache format, one copy of every KV

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.scenario import Scenario
-from simulator.modeled.engine import Simulation
+from simulator.modeled.engine import Simulation, StepTimer
 from simulator.results.anatomy import step_anatomy
 from simulator.results.metrics import build_integrity, build_metrics
 
@@ -16,8 +16,10 @@ SCHEMA = "phaseplan.result/1"
 
 
 def simulate(sc: Scenario, base_dir: Path | None = None, *, step_mode: bool = False,
-             on_progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], Simulation]:
-    sim = Simulation(sc, step_mode=step_mode, base_dir=base_dir, on_progress=on_progress)
+             on_progress: Callable[[int], None] | None = None,
+             timer: StepTimer | None = None) -> tuple[dict[str, Any], Simulation]:
+    """`timer`: a step timer that takes over step times (the replay executor; step mode only)."""
+    sim = Simulation(sc, step_mode=step_mode, base_dir=base_dir, on_progress=on_progress, timer=timer)
     sim.run()
     result = {
         "schema": SCHEMA,

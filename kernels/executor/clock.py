@@ -1,0 +1,285 @@
+"""The real clock's step timer: each step's plan executed on the device, timed, and the time handed back to the
+engine that made the plan (`simulator.modeled.engine` run one step at a time), so the decisions are the
+scheduler's own by construction and only the step times differ from `phaseplan run`.
+
+A long scenario must fit a device budget, so steps are bucketed — decode batch exactly, the batch's mean
+context and each prefill chunk's tokens and context in quarter-octave buckets (2^(k/4)) — and each bucket is
+executed `samples` times; later steps of a bucket reuse the median of its samples. Once `budget_s` of device
+time is spent, unmeasured buckets are priced by the cost model (counted apart). Once per bucket, after its
+samples, one more execution times every op family (synchronizing around each op) next to the cost model's
+price of the same step: what `phaseplan compare` reports by family.
+
+What one device cannot run is priced, never measured: the TP all-reduce / all-gather of a step (the cost
+model's collective roofline, added to the step's time and totalled apart) and the KV-transfer link (the
+engine's link model, as in `run`). With `clock="modeled"` every step still executes (same buckets, same
+device integrity check), but time advances by the cost model: the Result equals `run`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernels.executor.device import Stopwatch
+from kernels.executor.integrity import DeviceTracker
+from kernels.executor.paged_kv import PagedKV, token_bytes
+from kernels.executor.runner import LayerPlan, RankModel
+from kernels.executor.step import build
+from simulator.capacity import weights_bytes_per_gpu
+from simulator.config.scenario import Pool, Scenario
+from simulator.pricing import roofline
+from simulator.pricing.costmodel import Usage
+from simulator.pricing.ops import COLLECTIVES, line_ops
+from simulator.serving.scheduler import Plan
+
+GIB = 1024**3
+CPU_BUDGET_GIB = 4.0  # memory the CPU replay may take for weights and caches (a choice, stated in the Result)
+WEIGHT_SHARE = 0.8  # of the device budget, the most the ranks' weights may take before layers are subset
+BUCKET_RULE = ("decode batch exact; the batch's mean context, and each prefill chunk's tokens and context "
+               "before it, in quarter-octave buckets (round(4·log2 x))")
+
+
+def _shard(pool: Pool) -> tuple[Any, ...]:
+    """What a rank's weights depend on: instances, memory and scheduling limits do not change them."""
+    return pool.tp, pool.ep, pool.weights, pool.int4_group_size
+
+
+def _q(x: float) -> int:
+    return round(4 * math.log2(x)) if x > 0 else -1
+
+
+@dataclass
+class Bucket:
+    samples: list[float] = field(default_factory=list)
+    profiled: bool = False
+
+    def time(self) -> float:
+        return statistics.median(self.samples)
+
+
+@dataclass
+class Families:
+    """Op-family seconds of the sampled steps, measured and priced."""
+
+    steps: int = 0
+    measured: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    priced: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+
+class ReplayClock:
+    """The step timer: `step_s(instance, plan)` runs the plan, returns its seconds (None: use the cost model)."""
+
+    def __init__(self, sc: Scenario, dev: torch.device, clock: str = "measured", budget_s: float = 120.0,
+                 samples: int = 3, shared: dict[tuple[Any, ...], RankModel] | None = None) -> None:
+        """`shared`: rank models kept across replays of one process (a sweep on one GPU builds a rank once)."""
+        self.sc, self.dev, self.clock, self.budget_s, self.samples = sc, dev, clock, budget_s, samples
+        self.shared = {} if shared is None else shared
+        self.sw = Stopwatch(dev)
+        self.runners: dict[str, RankModel] = {}
+        self.kv: dict[tuple[str, int], PagedKV] = {}
+        self.trackers: dict[tuple[str, int], DeviceTracker] = {}
+        self.buckets: dict[tuple[Any, ...], Bucket] = {}
+        self.families = Families()
+        self.counts = {"executed": 0, "reused": 0, "priced": 0}
+        self.device_s = 0.0  # spent executing (timed steps and family samples)
+        self.measured_s = 0.0  # step seconds the clock advanced by that were measured (executed or reused)
+        self.check_s = 0.0  # of which, the device integrity check
+        self.collective_s = 0.0  # priced collectives added to step times
+        self.fallback_s = 0.0  # priced by the cost model once the budget was spent
+        self._collectives: dict[tuple[str, int, int], float] = {}
+
+    # -- set-up ----------------------------------------------------------------------------------------------
+    def attach(self, sim: Any) -> None:
+        """One rank model per distinct weight shard (pools and instances with the same formats share it: the
+        same random weights), one KV tensor per instance, and the device integrity check in each scheduler."""
+        sc = self.sc
+        shards = {_shard(pool): pool for pool in sc.deployment.pools().values()}
+        kept = [r for r in self.shared.values() if r.model == sc.model and _shard(r.pool) in shards]
+        plan = kept[0].plan if kept else self._layer_plan(shards.values())
+        for name, pool in sc.deployment.pools().items():
+            key = (sc.model.name, _shard(pool), plan)
+            if key not in self.shared:
+                self.shared[key] = RankModel(sc.model, pool, plan, self.dev, seed=sc.seed)
+            self.runners[name] = self.shared[key]
+        left = self._free_bytes(sum({id(r): r.weight_bytes for r in self.runners.values()}.values()))
+        insts = [(name, inst) for name, group in sim.pools.items() for inst in group]
+        need = {(name, i.index): i.cache.num_pages * i.cache.page_size *
+                token_bytes(sc.model, i.pool, plan.layers) for name, i in insts}
+        ratio = min(1.0, 0.9 * left / sum(need.values())) if need and left > 0 else 0.0
+        for name, inst in insts:
+            key2 = (name, inst.index)
+            logical = inst.cache.num_pages
+            physical = max(1, min(logical, math.floor(logical * ratio)))
+            self.kv[key2] = PagedKV(sc.model, inst.pool, plan.layers, logical, physical, self.dev)
+            if sc.integrity.enabled:
+                self.trackers[key2] = inst.sched.tracker = DeviceTracker(self.dev)
+
+    def _layer_plan(self, pools: Any) -> LayerPlan:
+        """Every layer if the ranks' weights fit in WEIGHT_SHARE of the device, else the first of each kind
+        in proportion (a TP8 rank of Kimi K2.6, ~70 GiB with INT4 experts, fits an H200 whole)."""
+        m = self.sc.model
+        want = sum(weights_bytes_per_gpu(m, pool) for pool in pools)
+        free = torch.cuda.mem_get_info(self.dev)[0] if self.dev.type == "cuda" else CPU_BUDGET_GIB * GIB
+        room = WEIGHT_SHARE * free
+        if want <= room:
+            return LayerPlan.whole(m)
+        share = room / want
+        dense, moe = m.layers - m.moe_layers, m.moe_layers
+        return LayerPlan(min(dense, max(1, math.floor(dense * share))) if dense else 0,
+                         max(1, math.floor(moe * share)) if moe else 0)
+
+    def _free_bytes(self, weights: int) -> float:
+        """Room for the KV caches once the weights are in."""
+        if self.dev.type == "cuda":
+            torch.cuda.empty_cache()
+            return 0.9 * torch.cuda.mem_get_info(self.dev)[0]
+        return CPU_BUDGET_GIB * GIB - weights
+
+    # -- the step timer (called by the engine with the plan whose first step's pages are booked) ------------
+    def step_s(self, inst: Any, plan: Plan) -> float | None:
+        key = (inst.pool_name, inst.index)
+        kv, runner = self.kv[key], self.runners[inst.pool_name]
+        tracker = self.trackers.get(key)
+        check = tracker.take_seconds() if tracker is not None else 0.0
+        bucket = self.buckets.setdefault(self._bucket(inst.pool_name, plan), Bucket())
+        step: float | None
+        if len(bucket.samples) < self.samples and self.device_s < self.budget_s:
+            step = self._execute(runner, plan, kv)
+            bucket.samples.append(step)
+            self.counts["executed"] += 1
+            if len(bucket.samples) == self.samples and not bucket.profiled and self.device_s < self.budget_s:
+                bucket.profiled = True
+                self._sample_families(inst, runner, plan, kv, check)
+        elif bucket.samples:
+            step = bucket.time()
+            self.counts["reused"] += 1
+        else:
+            step = None
+            self.counts["priced"] += 1
+        if self.clock == "modeled":
+            return None
+        if step is None:
+            fallback = self._priced(inst, plan)
+            self.fallback_s += fallback
+            return fallback
+        collectives = self._collective(inst, plan)
+        self.measured_s += step + check
+        self.check_s += check
+        self.collective_s += collectives
+        return step + check + collectives
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _bucket(self, pool: str, plan: Plan) -> tuple[Any, ...]:
+        d = plan.decode
+        ctx = _q(sum(s.computed + 1 for s in d) / len(d)) if d else -1
+        chunks = tuple(sorted((_q(c), _q(s.computed + c)) for s, c in plan.prefill))
+        return pool, len(d), ctx, chunks
+
+    def _execute(self, runner: RankModel, plan: Plan, kv: PagedKV) -> float:
+        inp = build(plan, kv)
+        extra = [0.0]
+
+        def run() -> None:
+            extra[0] = runner.forward(inp.tokens, inp.batch, kv, inp.last_rows, self.sw)[1]
+
+        t = self.sw.timed(run)
+        self.device_s += t
+        return t + extra[0]
+
+    def _sample_families(self, inst: Any, runner: RankModel, plan: Plan, kv: PagedKV, check: float) -> None:
+        self.sw.seconds.clear()
+        self.sw.on = True
+        try:
+            total = self._execute(runner, plan, kv)
+        finally:
+            self.sw.on = False
+        f = self.families
+        f.steps += 1
+        for fam, s in self.sw.seconds.items():
+            f.measured[fam] += s
+        f.measured["unattributed"] += max(0.0, total - sum(self.sw.seconds.values()))
+        if check:
+            f.measured["integrity_check"] += check
+        d = plan.decode
+        chunks = [(c, s.computed) for s, c in plan.prefill]
+        priced = inst.cost.breakdown(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+        for fam, s in priced.items():
+            if fam not in COLLECTIVES:
+                f.priced[fam] += s
+
+    def _priced(self, inst: Any, plan: Plan) -> float:
+        """The cost model's seconds for a step no bucket measured (books into a throw-away usage)."""
+        d = plan.decode
+        chunks = [(c, s.computed) for s, c in plan.prefill]
+        return inst.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks,
+                                usage=Usage())
+
+    def _collective(self, inst: Any, plan: Plan) -> float:
+        """Priced seconds of the step's TP collectives (they depend on its tokens and sampled rows only)."""
+        pool = inst.pool
+        if pool.tp == 1:
+            return 0.0
+        tokens = len(plan.decode) + sum(c for _, c in plan.prefill)
+        rows = len(plan.decode) + len(plan.prefill)
+        key = (inst.pool_name, tokens, rows)
+        hit = self._collectives.get(key)
+        if hit is None:
+            hw, model = self.sc.hardware, self.sc.model
+            us = 0.0
+            for line, x in (("tokens", tokens), ("rows", rows)):
+                for op in line_ops(model, pool, line, np.array([x])):
+                    if op.family in COLLECTIVES:
+                        p = {k: (int(v[0]) if isinstance(v, np.ndarray) else v) for k, v in op.params.items()}
+                        us += float(roofline.op_us(op.family, p, hw)) * op.count
+            hit = self._collectives[key] = us * 1e-6
+        return hit
+
+    # -- what the Result says --------------------------------------------------------------------------------
+    def provenance(self, device_name: str) -> dict[str, Any]:
+        sc = self.sc
+        runs = "torch reference ops (kernels.reference), 1 thread" if self.dev.type == "cpu" else (
+            "Triton kernels of kernels/ (decode attention, KV write, W4A16, integrity check), cuBLAS and "
+            "torch._scaled_mm for BF16/FP8 GEMMs, SDPA for prefill attention")
+        total = sum(self.counts.values())
+        return {
+            "clock": self.clock,
+            "device": device_name,
+            "executed_with": runs,
+            "time_from": ("measured step times (executed or reused), priced collectives added"
+                          if self.clock == "measured" else "the cost model (steps executed for their side effects)"),
+            "priced_not_measured": {
+                "collectives": "TP all-reduce / all-gather: the cost model's collective roofline, per step",
+                "kv_transfer": (f"the link model: {sc.deployment.transfer.latency_ms} ms + bytes / "
+                                f"{sc.deployment.transfer.bandwidth_gbs} GB/s per prompt, as in `run`"),
+            },
+            "seconds": {
+                "measured": round(self.measured_s, 6),
+                "of_which_integrity_check": round(self.check_s, 6),
+                "collectives_priced": round(self.collective_s, 6),
+                "cost_model_fallback": round(self.fallback_s, 6),
+                "device_time_spent": round(self.device_s, 6),
+            },
+            "steps": {"total": total, **self.counts},
+            "buckets": {"rule": BUCKET_RULE, "count": len(self.buckets), "samples_each": self.samples,
+                        "budget_s": self.budget_s},
+            "ranks": {name: {"tp": r.pool.tp, "layers_run": {"dense": r.plan.dense, "moe": r.plan.moe},
+                             "layers": {"dense": sc.model.layers - sc.model.moe_layers, "moe": sc.model.moe_layers},
+                             "time_scaled": r.scaled, "weights_gib": round(r.weight_bytes / GIB, 4),
+                             "instances_share_weights": True}
+                      for name, r in self.runners.items()},
+            "kv_pages": {f"{name}/{i}": {"allocator": kv.logical, "physical": kv.physical,
+                                          "shared_physical_pages": kv.physical < kv.logical,
+                                          "gib": round(kv.nbytes / GIB, 4)}
+                         for (name, i), kv in self.kv.items()},
+            "integrity_check": "on the device against a device copy of the page tags" if self.trackers else "off",
+        }
+
+    def close(self) -> None:
+        """Free the KV tensors (the rank models stay in `shared` for the next replay)."""
+        self.kv.clear()

@@ -1,0 +1,130 @@
+"""One tensor-parallel rank's forward pass, in the spirit of a small inference engine's model runner: embed the
+step's tokens, run every layer (attention over the paged cache, then a dense FFN or a MoE), take the logits of
+each sequence's last row and sample greedily. Random weights in the pool's formats (`weights`).
+
+A rank too big for the device runs a subset of its layers — the first dense layers and the first MoE layers
+that fit (`LayerPlan`) — and each kind's measured time is scaled by layers / layers run; the Result states the
+subset and the factors. The shard is the one `simulator.pricing.ops` prices: heads, dense FFN, shared experts
+and vocabulary split by TP, MLA's down-projections and latent cache replicated, routed experts over EP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels.executor.attention import Batch, GQAAttention, MLAAttention
+from kernels.executor.device import Stopwatch, synchronize
+from kernels.executor.moe import DenseFFN, MoELayer
+from kernels.executor.paged_kv import PagedKV
+from kernels.executor.weights import Weight
+from simulator.capacity import format_rule
+from simulator.config.scenario import Pool
+from simulator.config.specs import MLA, Component, ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """Which layers run: the first `dense` of the model's dense layers and the first `moe` of its MoE layers."""
+
+    dense: int
+    moe: int
+
+    @property
+    def layers(self) -> int:
+        return self.dense + self.moe
+
+    def factors(self, model: ModelSpec) -> tuple[float, float]:
+        """Measured time of each kind is multiplied by these to stand for the whole rank."""
+        return ((model.layers - model.moe_layers) / self.dense if self.dense else 1.0,
+                model.moe_layers / self.moe if self.moe else 1.0)
+
+    @classmethod
+    def whole(cls, model: ModelSpec) -> LayerPlan:
+        return cls(model.layers - model.moe_layers, model.moe_layers)
+
+
+def weight_format(model: ModelSpec, pool: Pool, component: Component) -> tuple[str, int]:
+    """(format, INT4 group) of a component's matrices in this pool (`ops._Builder.fmt`'s rule)."""
+    rule = format_rule(model, pool.weights)
+    if pool.weights != "bf16" and component in rule.components:
+        group = pool.int4_group_size or rule.group_size or 128
+        return pool.weights, group if pool.weights == "int4" else 0
+    return "bf16", 0
+
+
+class RankModel:
+    def __init__(self, model: ModelSpec, pool: Pool, plan: LayerPlan, dev: torch.device, seed: int) -> None:
+        self.model, self.pool, self.plan, self.dev = model, pool, plan, dev
+        self.act = torch.float32 if dev.type == "cpu" else torch.bfloat16
+        gen = torch.Generator(device=dev).manual_seed(seed)
+        tp, h, a = pool.tp, model.hidden, model.attention
+        self.vocab = -(-model.vocab // tp)
+        self.embed = torch.randn(self.vocab, h, generator=gen, device=dev).to(self.act)
+        attn_fmt = weight_format(model, pool, "attention")
+        self.layers: list[tuple[object, object]] = []
+        heads = -(-a.heads // tp)
+        for i in range(plan.layers):
+            if isinstance(a, MLA):
+                attn: object = MLAAttention(a, h, heads, attn_fmt, gen, dev, self.act)
+            else:
+                attn = GQAAttention(a, h, heads, -(-a.kv_heads // tp), attn_fmt, gen, dev, self.act)
+            if i < plan.dense:
+                ffn: object = DenseFFN(h, -(-model.dense_intermediate // tp), weight_format(model, pool, "dense_ffn"),
+                                       gen, dev)
+            else:
+                assert model.moe is not None
+                ffn = MoELayer(model.moe, h, tp, pool.ep, weight_format(model, pool, "routed_experts"),
+                               weight_format(model, pool, "shared_experts"), gen, dev, self.act)
+            self.layers.append((attn, ffn))
+        self.norm = torch.ones(h, device=dev, dtype=self.act)
+        self.lm_head = Weight.random(gen, (self.vocab, h), *weight_format(model, pool, "lm_head"), dev)
+        self.dense_factor, self.moe_factor = plan.factors(model)
+        self.scaled = plan != LayerPlan.whole(model)
+
+    @property
+    def weight_bytes(self) -> int:
+        total = 0
+        for obj in [self, *(x for pair in self.layers for x in pair)]:
+            for v in vars(obj).values():
+                if isinstance(v, Weight):
+                    total += v.nbytes
+                elif isinstance(v, torch.Tensor):
+                    total += v.numel() * v.element_size()
+                elif isinstance(v, DenseFFN):
+                    total += v.up.nbytes + v.down.nbytes
+        return total
+
+    def forward(self, tokens: torch.Tensor, b: Batch, cache: PagedKV, last_rows: torch.Tensor,
+                sw: Stopwatch) -> tuple[torch.Tensor, float]:
+        """Sampled token of each `last_rows` row, and the seconds the layers not run would have added (0 when
+        the rank runs whole)."""
+        r = sw.run
+        x = r("elementwise", F.embedding, tokens % self.vocab, self.embed)
+        extra = 0.0
+        t0 = self._mark()
+        for i, (attn, ffn) in enumerate(self.layers):
+            if self.scaled and i == self.plan.dense:  # dense layers done: their time, scaled
+                t1 = self._mark()
+                extra += (self.dense_factor - 1) * (t1 - t0)
+                t0 = t1
+            y = r("elementwise", F.rms_norm, x, (x.shape[-1],), self.norm)
+            x = x + attn(y, b, cache, i, sw)  # type: ignore[operator]
+            y = r("elementwise", F.rms_norm, x, (x.shape[-1],), self.norm)
+            x = x + ffn(y, sw)  # type: ignore[operator]
+        if self.scaled:
+            last = self.dense_factor if self.plan.moe == 0 else self.moe_factor
+            extra += (last - 1) * (self._mark() - t0)
+        y = r("elementwise", F.rms_norm, x[last_rows], (x.shape[-1],), self.norm)
+        logits = r("gemm", self.lm_head.matmul, y)
+        return r("elementwise", torch.argmax, logits.float(), -1), extra
+
+    def _mark(self) -> float:
+        if not self.scaled:
+            return 0.0
+        import time
+
+        synchronize(self.dev)
+        return time.perf_counter()
