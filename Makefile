@@ -5,7 +5,7 @@ STAMP   := .venv/.installed
 SCENARIO ?= scenarios/fleet-disaggregated.yaml
 OUT     ?= out
 
-.PHONY: setup run test app bench gpu-check profile-modeled clean
+.PHONY: setup run test app bench gpu-check profile-modeled profile-cpu gpu-replay clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -38,6 +38,17 @@ profile-modeled: $(STAMP)
 gpu-check:
 	mkdir -p $(OUT)
 	OUT=$(OUT) PYTHONPATH=. python3 -m kernels.gpu_check
+
+# The CPU replay loop's profile: exactly the op shapes of scenarios/tiny-cpu.yaml, timed on this CPU (torch reference
+# ops, 1 thread); `phaseplan compare scenarios/tiny-cpu.yaml --device cpu` prices by it.
+profile-cpu: $(STAMP)
+	.venv/bin/phaseplan profile --device cpu --scenario scenarios/tiny-cpu.yaml --out profiles/cpu-tiny.json
+
+# On an H200: kernel tests, the measured profile (gpu-check), then `compare` of the Kimi KV-format study at
+# concurrency 1-64 for BF16 and FP8 caches; profile, comparison JSON and logs into $(OUT)/ (~8 minutes).
+gpu-replay:
+	mkdir -p $(OUT)
+	OUT=$(OUT) PYTHONPATH=. python3 -m kernels.executor.gpu_replay
 
 clean:
 	rm -rf .venv out .pytest_cache .ruff_cache

@@ -48,8 +48,8 @@ def work(family: str, s: dict) -> tuple[float, float]:
             s["qk_dim"] + s["v_dim"]
         )
     if family in ("gemm", "moe_gemm"):
-        m = s.get("m", s.get("tokens"))
-        copies = s.get("experts", 1)
+        m = s.get("m", s.get("tokens")) * s.get("batch", 1)
+        copies = s.get("experts", 1) * s.get("batch", 1)
         bits = {"bf16": 16, "fp8": 8, "int4": 4 + 16 / max(1, s.get("group") or 32)}[s["weights"]]
         return copies * s["n"] * s["k"] * bits / 8 + 2 * m * (s["k"] + s["n"]), 2 * m * s["n"] * s["k"]
     if family == "kv_write":
@@ -100,19 +100,23 @@ def _decode_gqa(s: dict, dev: str) -> Op:
 
 
 def _prefill(s: dict, dev: str) -> Op:
-    t, c, h = s["tokens"], s["context"], s["heads"]
+    """Causal chunk attention; GQA (fewer K/V heads) repeats each K/V head for its query heads on the CPU, as
+    the replay executor does, and lets SDPA share them on the GPU."""
+    t, c, h, hkv = s["tokens"], s["context"], s["heads"], s["kv_heads"]
     q = _rand(t, h, s["qk_dim"], device=dev)
-    k = _rand(c, h, s["qk_dim"], device=dev)
-    v = _rand(c, h, s["v_dim"], device=dev)
+    k = _rand(c, hkv, s["qk_dim"], device=dev)
+    v = _rand(c, hkv, s["v_dim"], device=dev)
     sm = 1 / math.sqrt(s["qk_dim"])
     if dev == "cpu":
-        return lambda: ref.prefill_attention(q, k, v, sm)
+        if hkv == h:
+            return lambda: ref.prefill_attention(q, k, v, sm)
+        return lambda: ref.prefill_attention(q, k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1), sm)
     from torch.nn.attention.bias import causal_lower_right
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     qh, kh, vh = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     mask = causal_lower_right(t, c)
-    return lambda: sdpa(qh, kh, vh, attn_mask=mask, scale=sm)
+    return lambda: sdpa(qh, kh, vh, attn_mask=mask, scale=sm, enable_gqa=hkv != h)
 
 
 def _int4(experts: int | None, n: int, k: int, group: int, dev: str) -> tuple[torch.Tensor, ...]:
@@ -126,6 +130,12 @@ def _int4(experts: int | None, n: int, k: int, group: int, dev: str) -> tuple[to
 
 def _gemm(s: dict, dev: str) -> Op:
     m, n, k, w = s["m"], s["n"], s["k"], s["weights"]
+    if s["batch"] > 1:  # MLA's absorbed W_UK / W_UV: one BF16 GEMM per head, batched
+        a3, w3 = _rand(s["batch"], m, k, device=dev), _rand(s["batch"], k, n, device=dev)
+        if dev == "cpu":
+            af, wf3 = a3.float(), w3.float()
+            return lambda: torch.bmm(af, wf3)
+        return lambda: torch.bmm(a3, w3)
     a = _rand(m, k, device=dev)
     if w == "int4":
         group = s["group"]

@@ -18,7 +18,9 @@ import numpy as np
 
 from kernels.profiler import flat, measured_profile
 from simulator.atomic import write_atomic
+from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.config.sweep import points, scenario_at
 from simulator.pricing.ops import COLLECTIVES, DECODE_CONTEXT_FAMILIES, Op, step_ops
 from simulator.pricing.profile import AXES, categorical
 from simulator.results.result import simulate
@@ -103,15 +105,20 @@ def _inner(family: str, s: dict[str, Any], x: float) -> dict[str, Any]:
     return {AXES[family].inner_keys[0]: int(round(x))}
 
 
-def write_scenario_profile(sc: Scenario, base_dir: Path | None, device: str, out: Path,
-                           scenario_name: str) -> Path:
+def write_scenario_profile(path: Path, device: str, out: Path) -> Path:
+    """Profile the op shapes of the scenario at `path`, at every point of its sweep, on `device` into `out`."""
     from kernels.executor.device import CPU_THREADS, prepare
 
     prepare(device)
-    shapes = scenario_shapes(sc, base_dir)
+    sc, raw = loader.load(path)
+    shapes: dict[str, list[dict[str, Any]]] = {}
+    for point in points(sc):
+        at = scenario_at(raw, point, str(path)) if point else sc
+        for family, found in scenario_shapes(at, path.parent).items():
+            shapes.setdefault(family, []).extend(s for s in found if s not in shapes.get(family, []))
     doc = measured_profile(device, flat(shapes))
-    doc["scenario"] = scenario_name
-    doc["how"] = (f"the op shapes of {scenario_name} only (kernels.scenario_profile), timed by kernels.measure: "
-                  + ("torch reference ops, " + f"{CPU_THREADS} thread" if device == "cpu" else "Triton kernels"))
+    how = f"torch reference ops, {CPU_THREADS} thread" if device == "cpu" else "Triton kernels"
+    doc["how"] = f"the op shapes of {path.name} only, every sweep point (kernels.scenario_profile), timed by " \
+                 f"kernels.measure: {how}"
     write_atomic(Path(out), json.dumps(doc, indent=1) + "\n")
     return Path(out)

@@ -136,12 +136,59 @@ def sweep(scenario: Path, as_json: bool, out: Path, jobs: int, sets: tuple[str, 
 @click.option("--hardware", default="h200", show_default=True, help="Hardware preset (roofline only).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Profile JSON to write.")
 @click.option("--quick", is_flag=True, help="Fewer shapes (for smoke tests).")
-def profile(device: str, hardware: str, out: Path, quick: bool) -> None:
+@click.option("--scenario", "only", type=click.Path(dir_okay=False, path_type=Path),
+              help="Measure exactly this scenario's op shapes, every sweep point (cpu/cuda; `make profile-cpu`).")
+def profile(device: str, hardware: str, out: Path, quick: bool, only: Path | None) -> None:
     """Measure (or model) every kernel shape the bundled scenarios' op lists produce."""
+    if only is not None:
+        from kernels.scenario_profile import write_scenario_profile
+
+        if device == "roofline":
+            raise InputError("--scenario measures on a device: --device cpu or cuda")
+        console.print(f"wrote {write_scenario_profile(only, device, out)}")
+        return
     from kernels.profiler import write_profile
 
     path = write_profile(device, hardware, out, quick=quick)
     console.print(f"wrote {path}")
+
+
+device_option = click.option("--device", type=click.Choice(["cuda", "cpu"]), required=True,
+                             help="cuda: the Triton kernels on a GPU; cpu: the torch reference ops.")
+budget_option = click.option("--budget-s", type=click.FloatRange(min=0), default=120.0, show_default=True,
+                             help="Device seconds to spend executing; later steps reuse their bucket's time.")
+
+
+@cli.command()
+@scenario_arg
+@device_option
+@click.option("--clock", type=click.Choice(["measured", "modeled"]), default="measured", show_default=True,
+              help="measured: time advances by executed steps; modeled: by the cost model (equals `run`).")
+@json_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write result.json here.")
+@budget_option
+@set_option
+def replay(scenario: Path, device: str, clock: str, as_json: bool, out: Path | None, budget_s: float,
+           sets: tuple[str, ...]) -> None:
+    """Run a scenario's steps on a device with the same scheduler (the real clock); the Result of `run`."""
+    from phaseplan.replay import replay_command
+
+    replay_command(scenario, sets, device, clock, budget_s, out, as_json, console)
+
+
+@cli.command()
+@scenario_arg
+@device_option
+@click.option("--profile", "profile_path", help="Profile the simulation prices by (default: the scenario's).")
+@json_option
+@budget_option
+@set_option
+def compare(scenario: Path, device: str, profile_path: str | None, as_json: bool, budget_s: float,
+            sets: tuple[str, ...]) -> None:
+    """Simulate and replay a scenario; each headline metric sim vs replay, then op families priced vs measured."""
+    from phaseplan.replay import compare_command
+
+    compare_command(scenario, sets, device, profile_path, budget_s, as_json, console)
 
 
 @cli.command("bench-sim")

@@ -1,0 +1,70 @@
+"""The bodies of `phaseplan replay` and `phaseplan compare`: load, run on the device (torch is imported here
+only, when a device verb runs), print or write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.atomic import write_atomic
+from simulator.config import loader
+from simulator.results import report
+
+
+def _dump(doc: Any) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False)
+
+
+def replay_command(scenario: Path, sets: tuple[str, ...], device: str, clock: str, budget_s: float,
+                   out: Path | None, as_json: bool, console: Console) -> None:
+    from kernels.executor.replay import replay
+
+    sc, _ = loader.load(scenario, sets)
+    result, _ = replay(sc, scenario.parent, device, clock, budget_s)
+    if out is not None:
+        write_atomic(out / "result.json", _dump(result) + "\n")
+    if as_json:
+        print(_dump(result))
+        return
+    report.print_run(console, result)
+    r = result["provenance"]["replay"]
+    s, sec = r["steps"], r["seconds"]
+    console.print(f"replay on {r['device']} ({r['executed_with']}), clock {r['clock']}: {s['executed']} of "
+                  f"{s['total']} steps executed, {s['reused']} reused from {r['buckets']['count']} buckets, "
+                  f"{s['priced']} priced; {sec['measured']:.3f} s measured, {sec['collectives_priced']:.3f} s of "
+                  f"collectives priced; KV transfers priced by the link model")
+
+
+def compare_command(scenario: Path, sets: tuple[str, ...], device: str, profile: str | None, budget_s: float,
+                    as_json: bool, console: Console) -> None:
+    from kernels.executor.compare import compare
+
+    sc, _ = loader.load(scenario, sets)
+    doc = compare(sc, scenario.parent, device, profile, budget_s)
+    if as_json:
+        print(_dump(doc))
+        return
+    prov = doc["profile"]
+    t = Table("metric", "sim", "replay", "rel_error",
+              title=f"sim (profile {prov['file'] or prov['profile_source']}) vs replay on {doc['replay']['device']}")
+    for name, m in doc["metrics"].items():
+        t.add_row(name, _num(m["sim"]), _num(m["replay"]), _pct(m["rel_error"]))
+    console.print(t)
+    f = Table("op family", "priced ms", "measured ms", "rel_error",
+              title=f"per op family, mean of {doc['sampled_steps']} sampled steps (one per bucket)")
+    for name, m in doc["families"].items():
+        f.add_row(name, _num(m["priced_ms"]), _num(m["measured_ms"]), _pct(m["rel_error"]))
+    console.print(f)
+    console.print("rel_error = sim / replay − 1; collectives and the KV transfer link are priced on both sides")
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.4g}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:+.1%}"
