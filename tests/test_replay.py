@@ -106,3 +106,16 @@ def test_paged_decode_attention_equals_dense_attention_over_the_same_tokens() ->
         assert torch.allclose(out[b], dense, atol=1e-4, rtol=1e-4), f"request {req}"
     assert not math.isnan(float(out.sum()))
     assert np.isfinite(out.numpy()).all()
+
+
+@pytest.mark.parametrize("fmt, group", [("bf16", 0), ("fp8", 0), ("int4", 32)])
+def test_weights_drawn_on_a_device_have_the_formats_layout(fmt: str, group: int) -> None:
+    """The GPU path draws weights in their stored format; its layout is checked here on CPU tensors."""
+    from kernels.executor.weights import Weight
+
+    w = Weight._random_device(torch.Generator().manual_seed(0), (3, 256, 384), fmt, group, torch.device("cpu"))
+    want = {"bf16": (torch.bfloat16, (3, 256, 384)), "fp8": (torch.float8_e4m3fn, (3, 256, 384)),
+            "int4": (torch.int32, (3, 256, 48))}[fmt]
+    assert (w.data.dtype, tuple(w.data.shape)) == want
+    scales = {"bf16": None, "fp8": (3, 2, 3), "int4": (3, 256, 12)}[fmt]
+    assert (None if w.scales is None else tuple(w.scales.shape)) == scales

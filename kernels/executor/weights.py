@@ -62,6 +62,12 @@ class Weight:
             raise ValueError(f"INT4 group {group} does not divide K = {shape[-1]}")
         if dev.type == "cpu":
             return cls._random_cpu(gen, shape, fmt, group)
+        return cls._random_device(gen, shape, fmt, group, dev)
+
+    @classmethod
+    def _random_device(cls, gen: torch.Generator, shape: tuple[int, ...], fmt: str, group: int,
+                       dev: torch.device) -> Weight:
+        """Drawn straight in the stored format (no float32 copy of a 70 GiB rank ever exists)."""
         k = shape[-1]
         if fmt == "bf16":
             return cls(fmt, 0, torch.randn(*shape, generator=gen, device=dev, dtype=torch.bfloat16) / k**0.5, None)
