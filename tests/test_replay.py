@@ -119,3 +119,18 @@ def test_weights_drawn_on_a_device_have_the_formats_layout(fmt: str, group: int)
     assert (w.data.dtype, tuple(w.data.shape)) == want
     scales = {"bf16": None, "fp8": (3, 2, 3), "int4": (3, 256, 12)}[fmt]
     assert (None if w.scales is None else tuple(w.scales.shape)) == scales
+
+
+def test_a_rank_too_big_for_the_device_runs_a_subset_of_layers_and_shares_pages(monkeypatch: Any) -> None:
+    """With room for less than the tiny dense model (a 2 MiB CPU budget), one of its two layers runs, its time
+    is doubled, and the caches share physical pages; the Result says both."""
+    import kernels.executor.clock as clock
+
+    monkeypatch.setattr(clock, "CPU_BUDGET_GIB", 2 / 1024)
+    result, _ = replay(tiny("model=tiny-gqa", "traffic.requests=8"), SCENARIO.parent, "cpu")
+    prov = result["provenance"]["replay"]
+    rank = prov["ranks"]["decode"]
+    assert rank["layers_run"] == {"dense": 1, "moe": 0} and rank["layers"] == {"dense": 2, "moe": 0}
+    assert rank["time_scaled"]
+    assert all(kv["shared_physical_pages"] and kv["physical"] < kv["allocator"] for kv in prov["kv_pages"].values())
+    assert result["metrics"]["completed"] == 8

@@ -46,22 +46,27 @@ class Batch:
 
 
 class Rope:
-    """Rotary embedding over the last `dim` values of a tensor, tables grown on demand."""
+    """Rotary embedding over the last `dim` values of a tensor, tables grown on demand; a step's cos/sin rows are
+    gathered once and reused by every layer (the positions are the step's)."""
 
     def __init__(self, dim: int, dev: torch.device, dtype: torch.dtype) -> None:
         self.dim, self.dev, self.dtype = dim, dev, dtype
         self.inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=dev, dtype=torch.float32) / dim))
         self.cos = self.sin = torch.empty(0, dim // 2, device=dev)
+        self._pos: torch.Tensor | None = None
+        self._rows = (self.cos, self.sin)
 
     def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """x [T, ..., dim] at positions pos [T]."""
-        need = int(pos.max()) + 1 if pos.numel() else 0
-        if need > self.cos.shape[0]:
-            t = torch.arange(max(need, 2 * self.cos.shape[0], 1024), device=self.dev, dtype=torch.float32)
-            ang = torch.outer(t, self.inv)
-            self.cos, self.sin = ang.cos().to(self.dtype), ang.sin().to(self.dtype)
+        if pos is not self._pos:
+            need = int(pos.max()) + 1 if pos.numel() else 0
+            if need > self.cos.shape[0]:
+                t = torch.arange(max(need, 2 * self.cos.shape[0], 1024), device=self.dev, dtype=torch.float32)
+                ang = torch.outer(t, self.inv)
+                self.cos, self.sin = ang.cos().to(self.dtype), ang.sin().to(self.dtype)
+            self._pos, self._rows = pos, (self.cos[pos], self.sin[pos])
         shape = (pos.shape[0],) + (1,) * (x.dim() - 2) + (self.dim // 2,)
-        c, s = self.cos[pos].view(shape), self.sin[pos].view(shape)
+        c, s = self._rows[0].view(shape), self._rows[1].view(shape)
         x1, x2 = x[..., : self.dim // 2], x[..., self.dim // 2 :]
         return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
@@ -84,7 +89,7 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm: float) -> to
 class MLAAttention:
     """One layer's MLA on one rank: `heads` of the model's heads, the latent cache replicated."""
 
-    def __init__(self, a: MLA, hidden: int, heads: int, fmt: tuple[str, int], gen: torch.Generator,
+    def __init__(self, a: MLA, hidden: int, heads: int, fmt: tuple[str, int], rope: Rope, gen: torch.Generator,
                  dev: torch.device, act: torch.dtype) -> None:
         self.a, self.heads = a, heads
         self.latent = a.kv_lora_rank + a.qk_rope_head_dim
@@ -105,7 +110,7 @@ class MLAAttention:
         self.w_uv = (torch.randn(heads, a.kv_lora_rank, a.v_head_dim, generator=gen, device=dev) /
                      a.kv_lora_rank**0.5).to(act)
         self.w_o = Weight.random(gen, (hidden, heads * a.v_head_dim), f, g, dev)
-        self.rope = Rope(a.qk_rope_head_dim, dev, act)
+        self.rope = rope
         self.sm = 1.0 / math.sqrt(self.qk)
 
     def __call__(self, x: torch.Tensor, b: Batch, cache: PagedKV, layer: int, sw: Stopwatch) -> torch.Tensor:
@@ -153,25 +158,48 @@ class MLAAttention:
             from kernels.decode_attention import mla_decode
 
             return mla_decode(q.to(torch.bfloat16), data, b.block_table, b.seq_lens, self.sm, kv_scale=cache.scale)
-        if cache.tiled:
-            data = ref.mla_tiled_unpack(data)  # CPU reference of the tiled layout: dequantize, then read
-        kv = data.unsqueeze(2)
-        qs = q if cache.scale is None else q * cache.scale
-        out = ref.paged_decode_attention(qs, kv, kv[..., :kvl], b.block_table, b.seq_lens, self.sm)
-        return out if cache.scale is None else out * cache.scale
+        return mla_decode_cpu(q, data, kvl, b.block_table, b.seq_lens, self.sm, cache.scale)
+
+
+def mla_decode_cpu(q: torch.Tensor, cache: torch.Tensor, kvl: int, block_table: torch.Tensor, seq_lens: torch.Tensor,
+                   sm: float, scale: torch.Tensor | None) -> torch.Tensor:
+    """MLA decode on CPU as the replay runs it (and the CPU profile times it): the reference paged attention
+    reading the cache in its stored format — latent rows are K, their first `kvl` values V; an FP8 cache's
+    per-tensor scale goes on the query and the output; the tiled layout is unpacked first."""
+    if cache.dtype == torch.uint8:
+        cache = ref.mla_tiled_unpack(cache)
+    kv = cache.unsqueeze(2)
+    qs = q if scale is None else q * scale
+    out = ref.paged_decode_attention(qs, kv, kv[..., :kvl], block_table, seq_lens, sm)
+    return out if scale is None else out * scale
+
+
+def gqa_decode_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_table: torch.Tensor,
+                   seq_lens: torch.Tensor, sm: float, scale: torch.Tensor | None) -> torch.Tensor:
+    """GQA decode on CPU as the replay runs it: the reference over the stored K/V (one per-tensor FP8 scale)."""
+    qs = q if scale is None else q * scale
+    out = ref.paged_decode_attention(qs, k, v, block_table, seq_lens, sm)
+    return out if scale is None else out * scale
+
+
+def rotary_dim(a: MLA | GQA) -> int:
+    """Values of each head RoPE rotates: MLA's rope part, GQA's rotary share of head_dim (even)."""
+    if isinstance(a, MLA):
+        return a.qk_rope_head_dim
+    return max(2, int(a.head_dim * a.partial_rotary_factor) // 2 * 2)
 
 
 class GQAAttention:
     """One layer's GQA on one rank: `heads` query heads and `kv_heads` K/V heads (replicated past the model's)."""
 
-    def __init__(self, a: GQA, hidden: int, heads: int, kv_heads: int, fmt: tuple[str, int],
-                 gen: torch.Generator, dev: torch.device, act: torch.dtype) -> None:
+    def __init__(self, a: GQA, hidden: int, heads: int, kv_heads: int, fmt: tuple[str, int], rope: Rope,
+                 gen: torch.Generator, dev: torch.device) -> None:
         self.a, self.heads, self.kv_heads, self.d = a, heads, kv_heads, a.head_dim
         f, g = fmt
         self.w_qkv = Weight.random(gen, ((heads + 2 * kv_heads) * a.head_dim, hidden), f, g, dev)
         self.w_o = Weight.random(gen, (hidden, heads * a.head_dim), f, g, dev)
-        self.rot = max(2, int(a.head_dim * a.partial_rotary_factor) // 2 * 2)
-        self.rope = Rope(self.rot, dev, act)
+        self.rot = rope.dim
+        self.rope = rope
         self.sm = 1.0 / math.sqrt(a.head_dim)
 
     def __call__(self, x: torch.Tensor, b: Batch, cache: PagedKV, layer: int, sw: Stopwatch) -> torch.Tensor:
@@ -204,6 +232,4 @@ class GQAAttention:
 
             s = cache.scale
             return gqa_decode(q.to(torch.bfloat16), k, v, b.block_table, b.seq_lens, self.sm, k_scale=s, v_scale=s)
-        qs = q if cache.scale is None else q * cache.scale
-        out = ref.paged_decode_attention(qs, k, v, b.block_table, b.seq_lens, self.sm)
-        return out if cache.scale is None else out * cache.scale
+        return gqa_decode_cpu(q, k, v, b.block_table, b.seq_lens, self.sm, cache.scale)

@@ -8,13 +8,14 @@ run: no GPU was lent while it was written).
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
+
+from kernels.timing import clock
 
 CPU_THREADS = 1
 T = TypeVar("T")
@@ -45,21 +46,25 @@ class Stopwatch:
     dev: torch.device
     on: bool = False
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    now: Callable[[], float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.now = clock(self.dev.type)  # CPU: this thread's CPU time (kernels.timing)
 
     def run(self, family: str, fn: Callable[..., T], *args: object) -> T:
         if not self.on:
             return fn(*args)
         synchronize(self.dev)
-        t0 = time.perf_counter()
+        t0 = self.now()
         out = fn(*args)
         synchronize(self.dev)
-        self.seconds[family] += time.perf_counter() - t0
+        self.seconds[family] += self.now() - t0
         return out
 
     def timed(self, fn: Callable[[], object]) -> float:
         """Wall seconds of `fn` on the device (synchronized before and after)."""
         synchronize(self.dev)
-        t0 = time.perf_counter()
+        t0 = self.now()
         fn()
         synchronize(self.dev)
-        return time.perf_counter() - t0
+        return self.now() - t0

@@ -1,22 +1,20 @@
 """The page-integrity check run on the device: the scheduler's tracker, with the check itself on device tensors.
 
 Before a decode step reads the cache, the batch's block tables and recorded tags (the allocator's table store)
-and a device copy of the current page tags go to the device, and the check kernel (`integrity_check`: the
-Triton kernel on CUDA, its torch reference on CPU) marks each table ok / stale / out of range. The first bad
-slot of a flagged table is found on the device too, so the violations — and hence the aborts, counts and
-events — are the simulator's, decided by device tensors. The check's seconds are kept for the step they
+and a device copy of the current page tags go to the device; on CUDA the Triton `integrity_check` kernel flags
+the bad tables and `first_bad` finds their first bad slot, on CPU `first_bad` (whole-tensor torch ops) does
+both. The violations — and hence the aborts, counts and events — are the simulator's, decided by device
+tensors. The check's seconds are kept for the step they
 precede (the op list prices `integrity_check` inside the decode step).
 """
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
-from kernels import reference as ref
 from kernels.executor.device import synchronize
+from kernels.timing import clock
 from simulator.serving.cache import PagedCache
 from simulator.serving.integrity import Violation
 
@@ -26,6 +24,7 @@ class DeviceTracker:
 
     def __init__(self, dev: torch.device) -> None:
         self.dev = dev
+        self.now = clock(dev.type)
         self.seconds = 0.0  # spent checking since the clock last took it
         self.checks = 0
 
@@ -38,10 +37,10 @@ class DeviceTracker:
         if not len(rows):
             return [], 0
         synchronize(self.dev)
-        t0 = time.perf_counter()
+        t0 = self.now()
         out = self._check(rows, cache)
         synchronize(self.dev)
-        self.seconds += time.perf_counter() - t0
+        self.seconds += self.now() - t0
         self.checks += 1
         return out
 
@@ -58,17 +57,28 @@ class DeviceTracker:
 
             status = integrity_check(table.to(torch.int32), recorded.to(torch.int32), tags.to(torch.int32),
                                      lens.to(torch.int32))
+            flagged = torch.nonzero(status).flatten()
+            if not flagged.numel():
+                return [], int(lens_np.sum())
+            index, slot, valid = first_bad(table[flagged], recorded[flagged], tags, lens[flagged])
+            index = flagged[index]
         else:
-            status = ref.integrity_check(table, recorded, tags, lens)
-        flagged = torch.nonzero(status).flatten()
-        if not flagged.numel():
-            return [], int(lens_np.sum())
-        ids, rec = table[flagged], recorded[flagged]
-        used = torch.arange(width, device=dev)[None, :] < lens[flagged][:, None]
-        valid = (ids >= 0) & (ids < n)
-        bad = used & (~valid | (tags[ids.clamp(0, n - 1)] != rec))
-        slot = bad.to(torch.int8).argmax(dim=1)  # first bad slot of each flagged table
-        first_valid = valid.gather(1, slot[:, None]).flatten()
+            index, slot, valid = first_bad(table, recorded, tags, lens)
         out = [Violation(i, j, "tag_mismatch" if ok else "invalid_page")
-               for i, j, ok in zip(flagged.tolist(), slot.tolist(), first_valid.tolist(), strict=True)]
+               for i, j, ok in zip(index.tolist(), slot.tolist(), valid.tolist(), strict=True)]
         return out, int(lens_np.sum())
+
+
+def first_bad(table: torch.Tensor, recorded: torch.Tensor, tags: torch.Tensor,
+              lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The batched check as whole-tensor torch ops (what the CPU replay runs and the CPU profile times; the
+    reference `integrity_check` walks tables one by one in Python): for every table with a bad used slot, its
+    index, its first bad slot and whether the page id there is valid (else it is out of range). A page id is
+    validated before it indexes `tags`."""
+    n, width = tags.shape[0], table.shape[1]
+    used = torch.arange(width, device=table.device)[None, :] < lens[:, None]
+    valid = (table >= 0) & (table < n)
+    bad = used & (~valid | (tags[table.clamp(0, n - 1)] != recorded))
+    index = torch.nonzero(bad.any(dim=1)).flatten()
+    slot = bad[index].to(torch.int8).argmax(dim=1)
+    return index, slot, valid[index].gather(1, slot[:, None]).flatten()

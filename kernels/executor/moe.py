@@ -47,12 +47,16 @@ class MoELayer:
                        if moe.shared_experts else None)
 
     def _route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
-        """Top-k over softmax scores; the pairs on this rank's experts sorted by expert: (token of each pair,
-        weight of each pair, expert offsets, the same as a list)."""
-        w, ids = logits.float().softmax(-1).topk(self.moe.top_k, dim=-1)
-        mine = ids < self.local
-        tok = torch.arange(ids.shape[0], device=ids.device).unsqueeze(1).expand_as(ids)[mine]
-        ids, w = ids[mine], w[mine]
+        """Top-k experts of each token by router score, weighted by a softmax over the chosen ones; the pairs on
+        this rank's experts sorted by expert: (token of each pair, weight of each pair, expert offsets, the
+        same as a list)."""
+        k = self.moe.top_k
+        top, ids = logits.float().topk(k, dim=-1)
+        w, ids = top.softmax(-1).flatten(), ids.flatten()
+        tok = torch.arange(logits.shape[0], device=ids.device).repeat_interleave(k)
+        if self.local < self.moe.routed_experts:  # other ranks' experts are their work
+            mine = ids < self.local
+            tok, ids, w = tok[mine], ids[mine], w[mine]
         order = torch.argsort(ids, stable=True)
         counts = torch.bincount(ids, minlength=self.local)
         offsets = torch.cat((counts.new_zeros(1), counts.cumsum(0)))

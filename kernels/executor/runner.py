@@ -15,11 +15,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from kernels.executor.attention import Batch, GQAAttention, MLAAttention
+from kernels.executor.attention import Batch, GQAAttention, MLAAttention, Rope, rotary_dim
 from kernels.executor.device import Stopwatch, synchronize
 from kernels.executor.moe import DenseFFN, MoELayer
 from kernels.executor.paged_kv import PagedKV
 from kernels.executor.weights import Weight
+from kernels.timing import clock
 from simulator.capacity import format_rule
 from simulator.config.scenario import Pool
 from simulator.config.specs import MLA, Component, ModelSpec
@@ -66,11 +67,12 @@ class RankModel:
         attn_fmt = weight_format(model, pool, "attention")
         self.layers: list[tuple[object, object]] = []
         heads = -(-a.heads // tp)
+        rope = Rope(rotary_dim(a), dev, self.act)  # one for every layer: a step's cos/sin rows gathered once
         for i in range(plan.layers):
             if isinstance(a, MLA):
-                attn: object = MLAAttention(a, h, heads, attn_fmt, gen, dev, self.act)
+                attn: object = MLAAttention(a, h, heads, attn_fmt, rope, gen, dev, self.act)
             else:
-                attn = GQAAttention(a, h, heads, -(-a.kv_heads // tp), attn_fmt, gen, dev, self.act)
+                attn = GQAAttention(a, h, heads, -(-a.kv_heads // tp), attn_fmt, rope, gen, dev)
             if i < plan.dense:
                 ffn: object = DenseFFN(h, -(-model.dense_intermediate // tp), weight_format(model, pool, "dense_ffn"),
                                        gen, dev)
@@ -83,6 +85,7 @@ class RankModel:
         self.lm_head = Weight.random(gen, (self.vocab, h), *weight_format(model, pool, "lm_head"), dev)
         self.dense_factor, self.moe_factor = plan.factors(model)
         self.scaled = plan != LayerPlan.whole(model)
+        self._now = clock(dev.type)
 
     @property
     def weight_bytes(self) -> int:
@@ -124,7 +127,5 @@ class RankModel:
     def _mark(self) -> float:
         if not self.scaled:
             return 0.0
-        import time
-
         synchronize(self.dev)
-        return time.perf_counter()
+        return self._now()
