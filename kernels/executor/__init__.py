@@ -5,5 +5,8 @@ Modules by concept: `device` (the device, its timer and op-family clock), `weigh
 formats), `paged_kv` (the KV cache tensor laid out by the allocator's block tables), `attention` (MLA and GQA
 over it), `moe` (a real top-k router and expert GEMMs), `runner` (one rank's forward pass), `step` (a plan turned
 into the runner's inputs), `integrity` (the page check on device tensors), `clock` (the step timer: execute,
-bucket, reuse, budget), `replay` and `compare` (the two CLI verbs).
+bucket, reuse, budget), `replay` and `compare` (the two CLI verbs), `gpu_replay` (`make gpu-replay`).
+
+Not done: CUDA graphs for decode steps (each step launches its kernels one by one), and the KV transfer's data
+movement (the link is priced; the decode side's pages of a transferred prompt are not filled).
 """
