@@ -20,7 +20,12 @@ def device_name(device: str) -> str:
 
     if device == "cuda":
         return torch.cuda.get_device_name()
-    return f"{platform.processor() or platform.machine()} CPU ({torch.get_num_threads()} thread)"
+    name = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        models = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
+        name = f"{models[0]} ({len(models)} cores)" if models else name
+    return f"{name}, torch on {torch.get_num_threads()} thread"
 
 
 def replay(sc: Scenario, base_dir: Path | None, device: str, clock: str = "measured", budget_s: float = 120.0,

@@ -16,6 +16,10 @@ DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep re
 
 def provenance_line(result: dict[str, Any]) -> str:
     p = result["provenance"]
+    r = p.get("replay")
+    if r is not None and r.get("clock") == "measured":
+        return (f"step times: EXECUTED on {r.get('device')} ({r.get('executed_with')}); the step anatomy above "
+                f"is the cost model's ({p.get('file') or 'roofline'})")
     if p.get("profile_source") == "measured":
         return f"step times: MEASURED kernel profile on {p.get('device')} ({p.get('file')}, {p.get('date')})"
     return (f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}) - "
