@@ -25,7 +25,8 @@ def device_name(device: str) -> str:
     if cpuinfo.is_file():
         models = [ln.split(":", 1)[1].strip() for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
         name = f"{models[0]} ({len(models)} cores)" if models else name
-    return f"{name}, torch on {torch.get_num_threads()} thread"
+    n = torch.get_num_threads()
+    return f"{name}, torch on {n} thread{'s' if n > 1 else ''}"
 
 
 def replay(sc: Scenario, base_dir: Path | None, device: str, clock: str = "measured", budget_s: float = 120.0,
