@@ -111,10 +111,11 @@ class Weight:
         if self.fmt == "fp8":
             one = torch.ones((), device=x.device)
             w_scale = self.scales.max()  # type: ignore[union-attr]
-            return torch._scaled_mm(x.to(ref.FP8), self.data.T, scale_a=one, scale_b=w_scale, out_dtype=torch.bfloat16)
+            return torch._scaled_mm(x.to(ref.FP8).contiguous(), self.data.T, scale_a=one, scale_b=w_scale,
+                                    out_dtype=torch.bfloat16)
         from kernels.w4a16 import w4a16_gemm
 
-        return w4a16_gemm(x, self.data, self.scales, self.group)
+        return w4a16_gemm(x.contiguous(), self.data, self.scales, self.group)
 
     # -- a stack of experts ----------------------------------------------------------------------------------
     def grouped(self, x: torch.Tensor, offsets: torch.Tensor, bounds: list[int]) -> torch.Tensor:
