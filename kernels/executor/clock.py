@@ -11,8 +11,9 @@ price of the same step: what `phaseplan compare` reports by family.
 
 What one device cannot run is priced, never measured: the TP all-reduce / all-gather of a step (the cost
 model's collective roofline, added to the step's time and totalled apart) and the KV-transfer link (the
-engine's link model, as in `run`). With `clock="modeled"` every step still executes (same buckets, same
-device integrity check), but time advances by the cost model: the Result equals `run`'s.
+engine's link model, as in `run`). With `clock="modeled"` the executor runs as before (same buckets and
+executions, the same device integrity check deciding aborts), but time advances by the cost model: the
+Result's metrics and timelines equal `run`'s.
 """
 
 from __future__ import annotations
