@@ -271,7 +271,9 @@ class Simulation:
             self.pools[name] = insts
         self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
         # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
-        room = {name: insts[0].cache.num_pages * insts[0].cache.page_size for name, insts in self.pools.items()}
+        # Under DP attention a request lives on one rank: the most it can hold is a rank's share of the pages.
+        room = {name: insts[0].cache.num_pages // insts[0].pool.dp * insts[0].cache.page_size
+                for name, insts in self.pools.items()}
         self._max_prompt = room.get("prefill", room["decode"])
         self._max_total = room["decode"]
         self.done = 0
