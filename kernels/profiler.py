@@ -36,7 +36,7 @@ from simulator.pricing.profile import AXES, categorical
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 BUDGET = 1500  # shapes of a full run: ~150 ms each on a GPU (do_bench's 10 + 50 ms plus set-up) is ~4 min
-QUICK_BUDGET = 150
+QUICK_BUDGET = 200  # ~30 s on a GPU; the wide-EP study adds tables (two points each at least)
 Shapes = dict[str, list[dict[str, Any]]]
 
 
