@@ -332,9 +332,15 @@ def capacity_report(scenario: Scenario) -> dict[str, Any]:
     pools = scenario.deployment.pools()
     return {
         "pools": {name: capacity_dict(pool_capacity(model, hw, pool)) for name, pool in pools.items()},
-        "checkpoint_gib": {fmt: checkpoint_bytes(model, fmt) / GIB for fmt in ("bf16", "fp8", "int4")},
+        "checkpoint_gib": {fmt: checkpoint_bytes(model, fmt) / GIB for fmt in _checkpoint_formats(pools.values())},
         "params": {"total": total_params(model), "active": active_params(model)},
     }
+
+
+def _checkpoint_formats(pools: Any) -> list[WeightFormat]:
+    """BF16, FP8 and INT4 always; a pool's other format (W4A8, NVFP4, MXFP4) too."""
+    out: list[WeightFormat] = ["bf16", "fp8", "int4"]
+    return out + sorted({p.weights for p in pools} - set(out))
 
 
 def render_capacity(report: dict[str, Any]) -> Table:
@@ -355,9 +361,9 @@ def render_capacity(report: dict[str, Any]) -> Table:
             notes.append(f"[red]{name}: {c['reason']}[/red]")
         elif c.get("per_rank"):
             r = c["per_rank"]
-            notes.append(f"{name}: {r['dp']} DP attention rank(s) × {r['attention_tp']} GPU(s) over {r['nodes']} "
-                         f"node(s), EP {r['ep']}: {r['experts_per_rank']} experts ({r['redundant_experts']} "
-                         f"redundant in all) and {r['weights_gib']:.2f} GiB of weights per GPU, "
-                         f"{r['kv_tokens']:,} KV tokens per rank")
+            notes.append(f"{name}: {r['dp']} DP attention rank(s) of {r['attention_tp']} GPU(s) over {r['nodes']} "
+                         f"node(s), EP {r['ep']}: {r['experts_per_rank']} expert slots per EP rank "
+                         f"({r['redundant_experts']} redundant experts in the instance), {r['weights_gib']:.2f} GiB "
+                         f"of weights per GPU, {r['kv_tokens']:,} KV tokens per DP rank")
     table.caption = "\n".join(notes)
     return table
