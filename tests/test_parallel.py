@@ -140,6 +140,8 @@ def test_weights_per_rank_under_wide_ep_with_and_without_redundant_experts() -> 
         scenario(tp=32, dp=32, ep=8, nodes=4)
     with pytest.raises(InputError, match=r"deployment\.decode\.nodes: tp 32 over 2 node\(s\) does not fit 8 GPUs"):
         scenario(tp=32, dp=32, ep=32, nodes=2)
+    with pytest.raises(InputError, match=r"deployment\.decode\.dp: attention TP tp / dp = 16 would span nodes"):
+        scenario(tp=16, ep=16, nodes=2)  # TP attention across nodes: its all-reduces would cross the scale-out links
 
 
 # -- DP attention and wide EP: the step -----------------------------------------------------------------------

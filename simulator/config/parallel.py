@@ -102,6 +102,9 @@ def check_pool(model: ModelSpec, hw: HardwareSpec, pool: Pool, where: str) -> No
                          f"{hw.gpus_per_node} GPUs per node (tp counts the instance's GPUs)")
     if not atp:
         raise ValueError(f"{where}.dp: {pool.dp} must divide tp {pool.tp} (attention TP = tp / dp)")
+    if pool.nodes > 1 and atp > pool.tp // pool.nodes:
+        raise ValueError(f"{where}.dp: attention TP tp / dp = {atp} would span nodes (TP all-reduces over the "
+                         f"scale-out network are not modeled): raise dp to at least {pool.nodes}")
     if pool.dp > 1:
         if model.moe is None:
             raise ValueError(f"{where}.dp: DP attention is modeled with wide EP, which needs an MoE model")

@@ -287,7 +287,7 @@ class Simulation:
         pool = self.sc.deployment.prefill
         if pool is None or "prefill" not in self.pools:
             return 0.0
-        return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1})))
+        return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1, "dp": 1})))
 
     # -- traffic ---------------------------------------------------------------------------------------
     def run(self) -> None:
