@@ -239,3 +239,36 @@ def test_a_draft_model_adds_its_weights_and_kv() -> None:
     ops = draft_ops(sc.model, pool, 16, 2048)
     assert {op.count for op in only(ops, "decode_attention_gqa")} == {32 * 4}  # 32 draft layers × 4 draft tokens
     assert math.isclose(pool.speculative.tokens_per_step, 1 + 0.8 + 0.56 + 0.336 + 0.168)
+
+
+def test_a_dp_prefill_step_prices_the_busiest_ranks_chunks() -> None:
+    """Five chunks over 2 DP ranks: dealt one per rank, the busiest holds ceil(5 / 2) = 3, priced as the 3 largest."""
+    from simulator.pricing.costmodel import busiest_rank
+
+    chunks = ((512, 0), (2048, 0), (1024, 4096), (2048, 1024), (256, 0))
+    assert busiest_rank(chunks, 2) == ((2048, 1024), (2048, 0), (1024, 4096))
+    assert busiest_rank(chunks, 8) == ((2048, 1024),) and busiest_rank(((7, 0),), 4) == ((7, 0),)
+    pool = Pool(tp=8, dp=8, ep=8, weights="fp8", kv_cache="fp8_e4m3")
+    cost = CostModel(DSV3, H200, pool, Profile.roofline(H200), integrity=False)
+    two, eight = cost.step_s(0, 0, 0, [(2048, 0)] * 2), cost.step_s(0, 0, 0, [(2048, 0)] * 8)
+    assert eight < 4 * two  # 4× the prompts: the lines grow with ceil(rows / 8), the busiest rank's attention not
+    attn = [cost.breakdown(0, 0, 0, [(2048, 0)] * n)["prefill_attention"] for n in (1, 2, 8)]
+    assert attn[0] == attn[1] == attn[2]  # one chunk on the busiest rank each time
+
+
+def test_a_request_must_fit_one_dp_ranks_share_of_the_pages() -> None:
+    from simulator.results.result import simulate
+
+    data = {"name": "t", "model": "deepseek-v3", "hardware": "h200",
+            "deployment": {"mode": "colocated", "decode": {"tp": 8, "dp": 8, "ep": 8, "weights": "fp8",
+                                                            "kv_cache": "fp8_e4m3", "mem_fraction": 0.69}},
+            "traffic": {"concurrency": 1, "requests": 2, "prompt_tokens": 64, "output_tokens": 4}}
+    sc = loader.validate(data, "test")
+    per_rank = capacity.capacity_report(sc)["pools"]["decode"]["per_rank"]["kv_tokens"]
+    big = loader.validate({**data, "traffic": {**data["traffic"], "prompt_tokens": per_rank + 64}}, "test")
+    result, _ = simulate(big)
+    assert result["metrics"]["rejected"] == 2  # it would fit the instance's pooled pages, not any one rank
+    assert result["capacity"]["decode"]["per_rank"]["dp"] == 8
+    ok, _ = simulate(sc)
+    assert ok["metrics"]["completed"] == 2 and "hardware" in ok["scenario"]
+    assert ok["scenario"]["hardware"]["scaleout_gbs"] == 50 and "fp4_tflops" not in ok["scenario"]["hardware"]
