@@ -450,30 +450,29 @@ class CostModel:
 
     # -- internals ---------------------------------------------------------------------------------------
     def _pricing(self, batch: int) -> _DecodePricing:
+        """A decode-only step of `batch` sequences: plain, or per accepted token with speculation on."""
         pricing = self._decode.get(batch)
         if pricing is None:
-            if self.pool.speculative is None:
-                ops = step_ops(self.model, self.pool, batch, 1, (), 1 if self.integrity else 0)
-                pricing = self._decode[batch] = _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops
-                                                                                 if op.family in VARYING])
-            else:
-                pricing = self._decode[batch] = self._speculative_pricing(batch)
+            pricing = self._decode[batch] = self._build(batch, self.pool.speculative is not None)
         return pricing
-
-    def _speculative_pricing(self, batch: int) -> _DecodePricing:
-        """A verify step and its draft steps, each op's time × 1/τ: the price of one accepted token."""
-        ops = speculative_step_ops(self.model, self.pool, batch, 1, 1 if self.integrity else 0)
-        s = self._per_token
-        return _DecodePricing(batch, self._fix(ops, s), [self._varying(op, s) for op in ops if op.family in VARYING])
 
     def _plain_pricing(self, batch: int) -> _DecodePricing:
-        """The decode pricing without speculation (a mixed step's decode part)."""
+        """The decode pricing without speculation (a mixed step's decode part; `_pricing` without speculation)."""
         pricing = self._plain.get(batch)
         if pricing is None:
-            ops = step_ops(self.model, self.pool, batch, 1, (), 1 if self.integrity else 0)
-            pricing = self._plain[batch] = _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops
-                                                                               if op.family in VARYING])
+            pricing = self._plain[batch] = self._build(batch, False)
         return pricing
+
+    def _build(self, batch: int, speculative: bool) -> _DecodePricing:
+        """A speculative step is a verify step and its draft steps, each op's time × 1/τ: the price of one
+        accepted token."""
+        pages = 1 if self.integrity else 0
+        if speculative:
+            ops, scale = speculative_step_ops(self.model, self.pool, batch, 1, pages), self._per_token
+        else:
+            ops, scale = step_ops(self.model, self.pool, batch, 1, (), pages), 1.0
+        return _DecodePricing(batch, self._fix(ops, scale), [self._varying(op, scale) for op in ops
+                                                             if op.family in VARYING])
 
     def _decode_parts(self, batch: int, ctx_total: int, pages: int, usage: Usage) -> float:
         """Microseconds of the decode batch's attention, indexer and integrity check in a mixed step (the
