@@ -272,3 +272,21 @@ def test_a_request_must_fit_one_dp_ranks_share_of_the_pages() -> None:
     ok, _ = simulate(sc)
     assert ok["metrics"]["completed"] == 2 and "hardware" in ok["scenario"]
     assert ok["scenario"]["hardware"]["scaleout_gbs"] == 50 and "fp4_tflops" not in ok["scenario"]["hardware"]
+
+
+@pytest.mark.parametrize(("setting", "expect"), [
+    ("deployment.decode.speculative.acceptance=3.5",
+     "--set deployment.decode.speculative.acceptance: a mean accepted length lies in [1, draft_tokens + 1 = 2]"),
+    ("deployment.decode.speculative={method: draft, draft_model: nope, acceptance: 1.5}",
+     "--set deployment.decode.speculative.draft_model: unknown model preset 'nope'"),
+    ("deployment.decode.dp=3", "--set deployment.decode.dp: 3 must divide tp 32"),
+])
+def test_bad_large_moe_settings_are_one_line_errors(setting: str, expect: str, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "argv", ["phaseplan", "capacity", str(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"),
+                                      "--set", setting])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    assert e.value.code == 2 and out.out == "" and len(out.err.strip().splitlines()) == 1
+    assert expect in out.err

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from simulator.config import presets
 from simulator.config.specs import FP4_FORMATS, HardwareSpec, ModelSpec
+from simulator.errors import InputError
 
 
 class Speculative(BaseModel):
@@ -35,18 +36,28 @@ class Speculative(BaseModel):
     @field_validator("draft_model", mode="before")
     @classmethod
     def _preset(cls, v: Any) -> Any:
-        return presets.model(v) if isinstance(v, str) else v
+        if not isinstance(v, str):
+            return v
+        try:
+            return presets.model(v)
+        except InputError as e:  # reported with its YAML path, like any other field
+            raise ValueError(str(e)) from None
+
+    @field_validator("acceptance")
+    @classmethod
+    def _acceptance(cls, acc: float | list[float], info: ValidationInfo) -> float | list[float]:
+        k = info.data.get("draft_tokens", 1)
+        if isinstance(acc, list):
+            if len(acc) != k:
+                raise ValueError(f"{len(acc)} probabilities for draft_tokens {k} (one per position)")
+            if any(not 0.0 <= p <= 1.0 for p in acc):
+                raise ValueError(f"probabilities must lie in [0, 1] (got {acc})")
+        elif not 1.0 <= acc <= k + 1:
+            raise ValueError(f"a mean accepted length lies in [1, draft_tokens + 1 = {k + 1}]")
+        return acc
 
     @model_validator(mode="after")
     def _consistent(self) -> Speculative:
-        k, acc = self.draft_tokens, self.acceptance
-        if isinstance(acc, list):
-            if len(acc) != k:
-                raise ValueError(f"acceptance: {len(acc)} probabilities for draft_tokens {k} (one per position)")
-            if any(not 0.0 <= p <= 1.0 for p in acc):
-                raise ValueError(f"acceptance: probabilities must lie in [0, 1] (got {acc})")
-        elif not 1.0 <= acc <= k + 1:
-            raise ValueError(f"acceptance: a mean accepted length lies in [1, draft_tokens + 1 = {k + 1}] (got {acc})")
         if self.method == "draft" and self.draft_model is None:
             raise ValueError("draft_model: method 'draft' needs a draft model (a preset name)")
         if self.method == "mtp" and self.draft_model is not None:
