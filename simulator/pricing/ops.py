@@ -26,8 +26,9 @@ dense layers, shared experts and the head for its own sequences over its attenti
 and the busiest rank sets the step: a line of x rows puts ceil(x / dp) of them on it. The routed experts see
 every rank's tokens: tokens reach the rank holding their expert by an all-to-all dispatch (FP8 with one fp32
 scale per 128 values, as DeepEP dispatches) and come back by an all-to-all combine (BF16); the busiest EP rank
-receives `expert_imbalance` × the mean token-expert pairs. Prefill chunks' attention is priced chunk by chunk
-on one rank (a step's chunks in fact run on different DP ranks at once): pessimistic for DP prefill.
+receives `expert_imbalance` × the mean token-expert pairs. A step's prefill chunks run on different DP ranks at
+once: `step_ops` lists every chunk's own ops, and the cost model prices the busiest rank's share of them
+(`costmodel.busiest_rank`).
 
 Speculative decoding (`pool.speculative`): `step_ops(..., queries=k+1)` is the verify step — every line at
 (k+1) rows per sequence (all positions are sampled to verify), decode attention with k+1 queries per sequence
