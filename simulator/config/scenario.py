@@ -59,7 +59,8 @@ class Pool(Strict):
 
 
 class Transfer(Strict):
-    """Prefill → decode KV transfer link, per decode instance (RDMA over the scale-out network)."""
+    """Prefill → decode KV transfer link, per decode instance (RDMA over the scale-out network); a decode instance
+    with DP attention has one per DP rank."""
 
     bandwidth_gbs: PositiveFloat = 50.0
     latency_ms: NonNegativeFloat = 1.0
