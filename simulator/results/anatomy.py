@@ -40,9 +40,13 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         if inst in sim.entry:  # the pool that prefills new requests (a disaggregated decode pool only recomputes)
             chunk = max(1, min(pool.chunk_size, pool.max_batch_tokens, mean_prompt))
-            fam = cost.breakdown(0, 0, 0, [(chunk, 0)])
+            # Under DP attention: a step with one such chunk on every DP rank (the spread the pricing assumes)
+            ranks = max(1, min(pool.dp, pool.max_batch_tokens // chunk))
+            fam = cost.breakdown(0, 0, 0, [(chunk, 0)] * ranks)
             entry["prefill_chunk"] = {"tokens": chunk, "ms": round(sum(fam.values()) * 1e3, 4),
                                       "by_family": _families(fam)}
+            if ranks > 1:
+                entry["prefill_chunk"]["dp_ranks"] = ranks
             if "alltoall" in fam:
                 entry["prefill_chunk"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
         steps = sum(i.stats.steps for i in insts)

@@ -69,6 +69,8 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
             if step is None:
                 continue
             fams = ", ".join(f"{k} {v:,.1f}" for k, v in step["by_family"].items())
+            if "dp_ranks" in step:
+                fams += f" (one chunk on each of {step['dp_ranks']} DP ranks)"
             console.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
         spec = entry.get("speculative")
         if spec is not None:  # the decode step above is this pair's price per accepted token
