@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import streamlit as st
 
 from app.planner import MAX_REQUESTS, WhatIf, headline, load, run, studies
+from simulator.config.specs import WeightFormat
 from simulator.errors import InputError
 from simulator.results.report import provenance_line
 
@@ -33,7 +36,8 @@ output = st.sidebar.number_input("median output tokens", 1, 32_000, 500, 1) if s
 st.sidebar.header("fleet")
 prefill_n = st.sidebar.slider("prefill instances", 1, 32, prefill.instances) if prefill else None
 decode_n = st.sidebar.slider("decode instances", 1, 64, decode.instances)
-weights = st.sidebar.selectbox("decode weights", ["bf16", "fp8", "int4"], ["bf16", "fp8", "int4"].index(decode.weights))
+formats = list(get_args(WeightFormat))  # FP4 formats on hardware without FP4 tensor cores: the run says so
+weights = st.sidebar.selectbox("decode weights", formats, formats.index(decode.weights))
 kv = st.sidebar.selectbox("KV cache", ["bf16", "fp8_e4m3"], ["bf16", "fp8_e4m3"].index(decode.kv_cache))
 mem = st.sidebar.slider("mem_fraction", 0.5, 0.95, float(decode.mem_fraction), 0.01)
 integrity = st.sidebar.checkbox("page-integrity check", base.integrity.enabled)

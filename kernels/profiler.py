@@ -28,7 +28,7 @@ from rich.progress import MofNCompleteColumn, Progress
 
 from simulator.atomic import write_atomic
 from simulator.config import loader, presets
-from simulator.config.specs import HardwareSpec, ModelSpec
+from simulator.config.specs import FP4_FORMATS, HardwareSpec, ModelSpec
 from simulator.config.sweep import points, scenario_at
 from simulator.pricing import ops
 from simulator.pricing.modeled_profile import git_commit, write_modeled_profile
@@ -36,7 +36,7 @@ from simulator.pricing.profile import AXES, categorical
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 BUDGET = 1500  # shapes of a full run: ~150 ms each on a GPU (do_bench's 10 + 50 ms plus set-up) is ~4 min
-QUICK_BUDGET = 150
+QUICK_BUDGET = 200  # ~30 s on a GPU; the wide-EP study adds tables (two points each at least)
 Shapes = dict[str, list[dict[str, Any]]]
 
 
@@ -51,9 +51,14 @@ def scenario_pairs(folder: Path = SCENARIOS) -> list[tuple[ModelSpec, Any]]:
         for point in points(sc):
             at = scenario_at(raw, point, str(path)) if point else sc
             for pool in at.deployment.pools().values():
-                # Instances, memory and scheduling limits do not change a kernel's shape.
+                if pool.weights in FP4_FORMATS:  # FP4 GEMMs need FP4 tensor cores, which an H200 lacks
+                    continue
+                # Instances, memory and scheduling limits do not change a kernel's shape. A speculative pool's
+                # verify and draft shapes are left to the roofline: its plain steps are profiled.
+                pool = pool.model_copy(update={"speculative": None})
                 shape_keys = pool.model_dump(include={"tp", "ep", "weights", "int4_group_size", "kv_cache",
-                                                      "kv_layout", "page_size"})
+                                                      "kv_layout", "page_size", "dp", "nodes", "redundant_experts",
+                                                      "expert_imbalance"})
                 pairs.setdefault(json.dumps([at.model.name, shape_keys], sort_keys=True), (at.model, pool))
     return list(pairs.values())
 

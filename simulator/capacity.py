@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from rich.table import Table
 
+from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
 
@@ -40,6 +41,9 @@ _LINEAR: list[Component] = ["attention", "dense_ffn", "routed_experts", "shared_
 DEFAULT_FORMATS: dict[WeightFormat, FormatRule] = {
     "fp8": FormatRule(components=_LINEAR),
     "int4": FormatRule(components=_LINEAR, group_size=DEFAULT_INT4_GROUP),
+    "w4a8": FormatRule(components=_LINEAR, group_size=DEFAULT_INT4_GROUP),
+    "nvfp4": FormatRule(components=_LINEAR),
+    "mxfp4": FormatRule(components=_LINEAR),
 }
 
 Placement = Literal["tp", "kv_heads", "experts", "replicated"]
@@ -73,6 +77,17 @@ class PoolCapacity:
     reason: str
     instances: int
     gpus: int
+    # DP attention / wide EP (simulator/config/parallel.py): what one rank holds; None when the pool uses neither,
+    # and then left out of the JSON (`capacity_dict`).
+    per_rank: dict[str, Any] | None = None
+
+
+def capacity_dict(cap: PoolCapacity) -> dict[str, Any]:
+    """The JSON form of a pool's capacity; `per_rank` appears only for pools with DP attention or wide EP."""
+    out = asdict(cap)
+    if out["per_rank"] is None:
+        del out["per_rank"]
+    return out
 
 
 def _part(kind: Component, params: int, matrix: bool, placement: Placement, mtp: bool) -> Part:
@@ -185,12 +200,9 @@ def format_rule(model: ModelSpec, fmt: WeightFormat) -> FormatRule:
 
 
 def bytes_per_weight(fmt: WeightFormat, group_size: int | None = None) -> float:
-    """BF16 2 B; FP8 1 B + an fp32 scale per 128×128 block; INT4 4 bits + a BF16 scale per group."""
-    if fmt == "bf16":
-        return BF16_BYTES
-    if fmt == "fp8":
-        return FP8_BYTES
-    return (4 + 16 / (group_size or DEFAULT_INT4_GROUP)) / 8
+    """BF16 2 B; FP8 1 B + an fp32 scale per 128×128 block; INT4 (and W4A8) 4 bits + a BF16 scale per group;
+    NVFP4 4.5 bits, MXFP4 4.25 bits (`simulator/config/formats.py`)."""
+    return formats.bytes_per_weight(fmt, group_size)
 
 
 def _part_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None) -> list[tuple[Part, float]]:
@@ -212,8 +224,9 @@ def checkpoint_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None
 
 
 def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
-    """Fraction of a part's bytes that one GPU of an instance holds."""
-    tp = pool.tp
+    """Fraction of a part's bytes that one GPU of an instance holds. Under DP attention every DP rank holds the
+    attention-side parts whole over its attention TP group of tp / dp GPUs (dp = 1: the instance's tp)."""
+    tp = pool.tp // pool.dp
     if p.placement == "tp":
         return 1 / tp
     if p.placement == "replicated":
@@ -222,10 +235,11 @@ def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
         assert isinstance(model.attention, GQA)
         kv = model.attention.kv_heads
         return math.ceil(kv / tp) / kv
-    # Routed experts: whole experts over EP groups, each expert split over the tp/ep ranks of a group.
+    # Routed experts: whole experts over EP groups, each expert split over the tp/ep ranks of a group; redundant
+    # experts (EPLB) add replicas, spread with the rest.
     assert model.moe is not None
     experts = model.moe.routed_experts
-    return math.ceil(experts / pool.ep) / experts / (tp // pool.ep)
+    return math.ceil((experts + pool.redundant_experts) / pool.ep) / experts / (pool.tp // pool.ep)
 
 
 def weights_bytes_per_gpu(model: ModelSpec, pool: Pool) -> float:
@@ -247,7 +261,7 @@ def kv_bytes_per_token(model: ModelSpec, pool: Pool) -> int:
         else:  # tiled: e4m3 latent + fp32 scale per tile, rope part kept in BF16
             per_layer = a.kv_lora_rank + 4 * math.ceil(a.kv_lora_rank / FP8_TILE) + 2 * a.qk_rope_head_dim
     else:
-        per_layer = 2 * math.ceil(a.kv_heads / pool.tp) * a.head_dim * (1 if fp8 else 2)
+        per_layer = 2 * math.ceil(a.kv_heads / (pool.tp // pool.dp)) * a.head_dim * (1 if fp8 else 2)
     total = layers * per_layer
     if model.indexer:  # DSA indexer keys: FP8 + scale whatever the cache format, replicated
         indexed = math.ceil(model.layers / model.indexer.share_layers) + model.mtp_layers
@@ -257,8 +271,8 @@ def kv_bytes_per_token(model: ModelSpec, pool: Pool) -> int:
 
 def pool_capacity(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> PoolCapacity:
     """KV capacity of one instance of a pool, or why its weights do not fit."""
-    weights_gib = weights_bytes_per_gpu(model, pool) / GIB
-    per_token = kv_bytes_per_token(model, pool)
+    weights_gib = (weights_bytes_per_gpu(model, pool) + draft_weights_bytes_per_gpu(pool)) / GIB
+    per_token = kv_bytes_per_token(model, pool) + draft_kv_bytes_per_token(pool)
     usable_gib = hw.hbm_gib * pool.mem_fraction - pool.reserve_gib
     budget_gib = max(0.0, usable_gib - weights_gib)
     tokens = int(budget_gib * GIB // per_token)
@@ -271,11 +285,44 @@ def pool_capacity(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> PoolCapacit
     if problem:
         tokens = pages = 0
     reason = f"does not fit: {problem}" if problem else ""
+    per_rank = None
+    if pool.dp > 1 or pool.nodes > 1 or pool.redundant_experts:  # each DP rank holds its own sequences' KV
+        per_rank = {"dp": pool.dp, "attention_tp": pool.tp // pool.dp, "ep": pool.ep, "nodes": pool.nodes,
+                    "experts_per_rank": experts_per_rank(model, pool), "redundant_experts": pool.redundant_experts,
+                    "weights_gib": weights_gib, "kv_tokens": tokens, "pages": pages}
+        tokens, pages = tokens * pool.dp, pages * pool.dp
     return PoolCapacity(
         weights_gib_per_gpu=weights_gib, kv_bytes_per_token=per_token, kv_budget_gib_per_gpu=budget_gib,
         kv_tokens=tokens, pages=pages, fits=not reason, reason=reason,
-        instances=pool.instances, gpus=pool.gpus,
+        instances=pool.instances, gpus=pool.gpus, per_rank=per_rank,
     )
+
+
+def experts_per_rank(model: ModelSpec, pool: Pool) -> int:
+    """Routed experts (replicas included) whose weights one EP group holds."""
+    return math.ceil((model.moe.routed_experts + pool.redundant_experts) / pool.ep) if model.moe else 0
+
+
+def draft_pool(pool: Pool) -> Pool:
+    """A draft model runs beside the target on each DP rank, split over its attention TP group."""
+    return Pool(tp=pool.tp // pool.dp, weights=pool.weights, kv_cache=pool.kv_cache, kv_layout=pool.kv_layout,
+                page_size=pool.page_size)
+
+
+def draft_weights_bytes_per_gpu(pool: Pool) -> float:
+    """Weights a separate draft model adds per GPU (method draft; MTP layers are part of the model already)."""
+    spec = pool.speculative
+    if spec is None or spec.draft_model is None:
+        return 0.0
+    return weights_bytes_per_gpu(spec.draft_model, draft_pool(pool))
+
+
+def draft_kv_bytes_per_token(pool: Pool) -> int:
+    """KV bytes a separate draft model adds per token per GPU: it caches every sequence's context too."""
+    spec = pool.speculative
+    if spec is None or spec.draft_model is None:
+        return 0
+    return kv_bytes_per_token(spec.draft_model, draft_pool(pool))
 
 
 def capacity_report(scenario: Scenario) -> dict[str, Any]:
@@ -284,10 +331,16 @@ def capacity_report(scenario: Scenario) -> dict[str, Any]:
     assert isinstance(model, ModelSpec) and isinstance(hw, HardwareSpec), "scenario presets are not resolved"
     pools = scenario.deployment.pools()
     return {
-        "pools": {name: asdict(pool_capacity(model, hw, pool)) for name, pool in pools.items()},
-        "checkpoint_gib": {fmt: checkpoint_bytes(model, fmt) / GIB for fmt in ("bf16", "fp8", "int4")},
+        "pools": {name: capacity_dict(pool_capacity(model, hw, pool)) for name, pool in pools.items()},
+        "checkpoint_gib": {fmt: checkpoint_bytes(model, fmt) / GIB for fmt in _checkpoint_formats(pools.values())},
         "params": {"total": total_params(model), "active": active_params(model)},
     }
+
+
+def _checkpoint_formats(pools: Any) -> list[WeightFormat]:
+    """BF16, FP8 and INT4 always; a pool's other format (W4A8, NVFP4, MXFP4) too."""
+    out: list[WeightFormat] = ["bf16", "fp8", "int4"]
+    return out + sorted({p.weights for p in pools} - set(out))
 
 
 def render_capacity(report: dict[str, Any]) -> Table:
@@ -306,5 +359,11 @@ def render_capacity(report: dict[str, Any]) -> Table:
                       f"{c['kv_budget_gib_per_gpu']:.2f}", tokens, f"{c['pages']:,}")
         if not c["fits"]:
             notes.append(f"[red]{name}: {c['reason']}[/red]")
+        elif c.get("per_rank"):
+            r = c["per_rank"]
+            notes.append(f"{name}: {r['dp']} DP attention rank(s) of {r['attention_tp']} GPU(s) over {r['nodes']} "
+                         f"node(s), EP {r['ep']}: {r['experts_per_rank']} expert slots per EP rank "
+                         f"({r['redundant_experts']} redundant experts in the instance), {r['weights_gib']:.2f} GiB "
+                         f"of weights per GPU, {r['kv_tokens']:,} KV tokens per DP rank")
     table.caption = "\n".join(notes)
     return table

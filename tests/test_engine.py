@@ -33,6 +33,10 @@ def scenario(**over: Any) -> Scenario:
     return loader.validate(loader.apply_overrides(base, over), "test")
 
 
+WIDE_EP = {"instances": 1, "nodes": 2, "tp": 16, "dp": 16, "ep": 16, "weights": "fp8", "kv_cache": "fp8_e4m3",
+           "max_batch_tokens": 4096, "chunk_size": 1024}
+
+
 def dumps(result: dict[str, Any]) -> str:
     return json.dumps(result, sort_keys=True)
 
@@ -73,9 +77,21 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
          "deployment.decode.chunk_size": 256, "deployment.prefill.instances": 2, "routing.policy": "least_kv",
          "traffic.rate": 12.0, "traffic.sessions.think_time_s": 0.3, "traffic.sessions.turns": 4, "seed": 626,
          "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.7, "max": 3000}},
+        # speculative decoding with a draft model (priced per accepted token), short of memory: preemptions
+        {"deployment.decode.speculative": {"method": "draft", "draft_tokens": 3, "draft_model": "llama-3.1-8b",
+                                           "acceptance": [0.8, 0.6, 0.4]},
+         "deployment.decode.mem_fraction": 0.16, "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0,
+         "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000}},
+        # DP attention + wide EP across 2 nodes, redundant experts, imbalance, MTP; decode short of memory
+        {"model": "deepseek-v3", "deployment.prefill": WIDE_EP, "traffic.rate": 20.0,
+         "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000},
+         "deployment.decode": {**WIDE_EP, "mem_fraction": 0.423, "page_size": 16, "redundant_experts": 16,
+                               "expert_imbalance": 1.3, "decode_reserve_tokens": 16,
+                               "speculative": {"method": "mtp", "draft_tokens": 2, "acceptance": [0.85, 0.6]}}},
     ],
     ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption",
-         "transfers-after-preemption", "admission-after-preemption"],
+         "transfers-after-preemption", "admission-after-preemption", "speculative-draft-preemption",
+         "wide-ep-mtp-preemption"],
 )
 def test_segments_and_single_steps_give_identical_timelines(
     over: dict[str, Any], request: pytest.FixtureRequest

@@ -31,10 +31,13 @@ def everything() -> dict:
 
 def test_pairs_include_every_swept_pool_variant() -> None:
     got = {(m.name, p.weights, p.kv_cache, p.page_size, p.tp) for m, p in scenario_pairs()}
+    wide = {(p.dp, p.redundant_experts, p.expert_imbalance) for m, p in scenario_pairs() if m.name == "deepseek-v3"}
+    assert wide == {(32, 0, 1.0), (32, 32, 1.2)}  # the wide-EP study's two pools (its B200 NVFP4 twin: no H200 shapes)
+    assert all(p.speculative is None for _, p in scenario_pairs())  # verify/draft shapes stay on the roofline
     assert ("glm-5.2", "int4", "fp8_e4m3", 64, 8) in got  # only a sweep point of glm-5.2-*.yaml deploys it
     assert ("kimi-k2.6", "int4", "bf16", 64, 8) in got and ("kimi-k2.6", "int4", "fp8_e4m3", 64, 8) in got
     assert ("llama-3.1-70b", "fp8", "fp8_e4m3", 16, 4) in got
-    assert len(got) == len(scenario_pairs())  # deduplicated
+    assert len(got) + len(wide) - 1 == len(scenario_pairs())  # deduplicated
 
 
 def test_thinned_shapes_fit_the_budget_and_span_every_table(everything: dict) -> None:

@@ -12,10 +12,13 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    model_serializer,
     model_validator,
 )
 
-from simulator.config.specs import HardwareSpec, KVFormat, ModelSpec, WeightFormat
+from simulator.config import parallel
+from simulator.config.parallel import Speculative
+from simulator.config.specs import FP4_FORMATS, HardwareSpec, KVFormat, ModelSpec, WeightFormat
 
 
 class Strict(BaseModel):
@@ -39,6 +42,16 @@ class Pool(Strict):
     mem_fraction: float = Field(0.85, gt=0, le=1)
     reserve_gib: NonNegativeFloat = 0.0
     decode_reserve_tokens: NonNegativeInt = 256  # growth room a request must find free to be admitted
+    # DP attention, wide EP across nodes, speculative decoding (simulator/config/parallel.py; all off by default)
+    nodes: PositiveInt = 1  # nodes one instance spans: tp GPUs over nodes × hardware.gpus_per_node
+    dp: PositiveInt = 1  # attention data-parallel ranks: each holds its own sequences' KV; attention TP = tp / dp
+    redundant_experts: NonNegativeInt = 0  # EPLB-style replicas of hot experts, spread over the EP ranks
+    expert_imbalance: float = Field(1.0, ge=1.0)  # the busiest EP rank's token-expert pairs / the mean
+    speculative: Speculative | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unused_features(self, handler: Any) -> Any:
+        return parallel.drop_defaults(handler(self))
 
     @property
     def gpus(self) -> int:
@@ -46,7 +59,8 @@ class Pool(Strict):
 
 
 class Transfer(Strict):
-    """Prefill → decode KV transfer link, per decode instance (RDMA over the scale-out network)."""
+    """Prefill → decode KV transfer link, per decode instance (RDMA over the scale-out network); a decode instance
+    with DP attention has one per DP rank."""
 
     bandwidth_gbs: PositiveFloat = 50.0
     latency_ms: NonNegativeFloat = 1.0
@@ -189,11 +203,28 @@ class Scenario(Strict):
         a = self.model.attention
         for name, pool in self.deployment.pools().items():
             where = f"deployment.{name}"
-            if a.heads % pool.tp:
-                raise ValueError(f"{where}.tp: {pool.tp} does not divide the model's {a.heads} attention heads")
+            parallel.check_pool(self.model, self.hardware, pool, where)
+            if not parallel.attention_heads_ok(self.model, pool):
+                via = f" (attention TP = tp / dp = {pool.tp} / {pool.dp})" if pool.dp > 1 else ""
+                raise ValueError(f"{where}.tp: {pool.tp // pool.dp} does not divide the model's {a.heads} attention "
+                                 f"heads{via}")
             if pool.tp % pool.ep:
                 raise ValueError(f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are "
                                  "EP groups × expert-TP)")
             if pool.kv_layout == "tiled" and a.type != "mla":
                 raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
         return self
+
+    @model_serializer(mode="wrap")
+    def _hardware_figures_in_use(self, handler: Any) -> Any:
+        """The resolved hardware lists its FP4 rate and scale-out links only where a pool uses them."""
+        data = handler(self)
+        hw, pools = data.get("hardware"), self.deployment.pools().values()
+        if isinstance(hw, dict):
+            unused = set()
+            if not any(p.weights in FP4_FORMATS for p in pools):
+                unused |= HardwareSpec.FP4_FIELDS
+            if not any(parallel.uses_scale_out(p) for p in pools):
+                unused |= HardwareSpec.SCALE_OUT_FIELDS
+            data["hardware"] = {k: v for k, v in hw.items() if k not in unused}
+        return data

@@ -6,11 +6,14 @@ them, while none of those care how a scenario names or overrides them.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
-WeightFormat = Literal["bf16", "fp8", "int4"]
+# nvfp4/mxfp4: FP4 e2m1 weights with block scales, run on FP4 tensor cores (W4A4); w4a8: INT4 group-wise weights
+# with FP8 activations, run on FP8 tensor cores (simulator/pricing/formats.py has the bytes and rates).
+WeightFormat = Literal["bf16", "fp8", "int4", "nvfp4", "mxfp4", "w4a8"]
+FP4_FORMATS = frozenset({"nvfp4", "mxfp4"})
 KVFormat = Literal["bf16", "fp8_e4m3"]
 Component = Literal[
     "attention", "indexer", "dense_ffn", "routed_experts", "shared_experts", "router", "embedding", "lm_head",
@@ -99,3 +102,12 @@ class HardwareSpec(Strict):
     kernel_floor_us: PositiveFloat = 4.0  # launch + tail of one small kernel
     allreduce_latency_us: PositiveFloat = 8.0
     gpu_hour_usd: PositiveFloat = 3.5
+    # Wide EP and FP4 (simulator/pricing/wide_ep.py, formats.py). A scenario's resolved hardware lists them only
+    # where a pool uses them, so Results of deployments without them keep their bytes.
+    fp4_tflops: PositiveFloat | None = None  # achievable dense FP4 matrix rate; None: no FP4 tensor cores
+    gpus_per_node: PositiveInt = 8  # GPUs one NVLink domain (node) holds
+    scaleout_gbs: PositiveFloat = 50.0  # per-GPU scale-out (RDMA) bandwidth, one direction
+
+    # The fields above that a Result's resolved scenario carries only when a pool uses them.
+    FP4_FIELDS: ClassVar[frozenset[str]] = frozenset({"fp4_tflops"})
+    SCALE_OUT_FIELDS: ClassVar[frozenset[str]] = frozenset({"gpus_per_node", "scaleout_gbs"})

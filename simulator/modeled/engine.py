@@ -121,7 +121,8 @@ class Instance(ServingInstance):
         # compute bit-identical timelines.
         self.clock = 0.0
         self.wake_at = 0.0
-        self.link_free = 0.0  # when the inbound KV-transfer link is next idle
+        # when each inbound KV-transfer link is next idle: one per DP rank (its own NIC), one without DP attention
+        self.links = [0.0] * pool.dp
         # The run in flight's start and step ends. A step takes its pages when it starts; the run books them as
         # their start times pass (`settle`), so the cache sees the same operations in the same order as under a
         # clock that runs one step at a time.
@@ -294,7 +295,9 @@ class Simulation:
             self.pools[name] = insts
         self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
         # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
-        room = {name: insts[0].cache.num_pages * insts[0].cache.page_size for name, insts in self.pools.items()}
+        # Under DP attention a request lives on one rank: the most it can hold is a rank's share of the pages.
+        room = {name: insts[0].cache.num_pages // insts[0].pool.dp * insts[0].cache.page_size
+                for name, insts in self.pools.items()}
         self._max_prompt = room.get("prefill", room["decode"])
         self._max_total = room["decode"]
         self.done = 0
@@ -310,7 +313,7 @@ class Simulation:
         pool = self.sc.deployment.prefill
         if pool is None or "prefill" not in self.pools:
             return 0.0
-        return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1})))
+        return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1, "dp": 1})))
 
     # -- traffic ---------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -399,9 +402,11 @@ class Simulation:
             avail = dst.cache.available
             self.records[dseq.req.id].cached_tokens = cached
             tokens = dseq.req.prompt_tokens - cached
-            start = max(t, dst.link_free)
-            dst.link_free = start + self._link_latency_s + tokens * self.kv_bytes_transfer / self._link_bytes_per_s
-            end = dst.link_free
+            links = dst.links
+            i = links.index(min(links)) if len(links) > 1 else 0  # the DP rank whose link frees first
+            start = max(t, links[i])
+            links[i] = start + self._link_latency_s + tokens * self.kv_bytes_transfer / self._link_bytes_per_s
+            end = links[i]
             done = self.env.timeout(max(0.0, end - self.env.now))
             done.callbacks.append(lambda _, a=(dst, dseq, pseq, src, end): self._transfer_done(*a))
         if dst.run_needs_more_than_free():

@@ -48,6 +48,7 @@ from simulator.pricing.ops import (
     step_ops,
 )
 from simulator.pricing.profile import AXES, Curve, Profile
+from simulator.pricing.speculative import speculative_step_ops
 
 SOURCES = ("table", "fallback", "collective")
 ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
@@ -107,9 +108,11 @@ class _Varying:
     """
 
     def __init__(self, family: str, shape: dict[str, Any], count: int, key: str, cap: float | None,
-                 curve: Curve | None, hw: HardwareSpec) -> None:
-        self.family, self.count, self.key, self.cap = family, count, key, cap
-        self.curve = None if curve is None else curve.scaled(count)  # all `count` ops
+                 curve: Curve | None, hw: HardwareSpec, scale: float = 1.0) -> None:
+        # `count` weighs the time (× `scale`: a speculative step's share per accepted token); `ops` counts kernels
+        self.count = count if scale == 1.0 else count * scale
+        self.family, self.ops, self.key, self.cap = family, count, key, cap
+        self.curve = None if curve is None else curve.scaled(self.count)  # all `count` ops
         (m0, c0, self.floor), (m1, c1, _) = (roofline.terms_us(family, {**shape, key: x}, hw) for x in (0, 1))
         self.mem0, self.mem1, self.mma0, self.mma1 = m0, m1 - m0, c0, c1 - c0
         m, c, _ = roofline.terms_us(family, {**shape, key: 4096}, hw)
@@ -169,7 +172,7 @@ class _DecodePricing:
         self.a = fixed.us + sum(v.count * (v.mem0 + v.floor) for v in lines)
         self.b = sum(v.count * v.mem1 for v in lines if v.key == "context") / max(batch, 1)
         self.c = sum(v.count * v.mem1 for v in lines if v.key == "pages")
-        self.fallbacks = tuple((fixed.fallbacks + Counter({v.family: v.count for v in lines})).items())
+        self.fallbacks = tuple((fixed.fallbacks + Counter({v.family: v.ops for v in lines})).items())
         self.by_source = [(src, us * 1e-6) for src, us in fixed.by_source.items() if us]
 
     def price(self, ctx_total: np.ndarray, pages: np.ndarray) -> DecodeSteps:
@@ -197,7 +200,7 @@ class _DecodePricing:
                 if miss.any():
                     t[miss] = v.roof(x[miss])
                     roof[miss] += t[miss]
-                    misses.append((v.family, miss, v.count))
+                    misses.append((v.family, miss, v.ops))
             us += t
         return DecodeSteps(self, us, roof, tuple(misses), np.add.accumulate(us))
 
@@ -345,7 +348,12 @@ class CostModel:
         self.usage = Usage()
         self._prices: dict[tuple[str, Shape], tuple[float, str]] = {}
         self._decode: dict[int, _DecodePricing] = {}
-        self._varyings: dict[Op, _Varying] = {}
+        self._varyings: dict[tuple[Op, float], _Varying] = {}
+        # Speculative decoding: a decode step is priced per accepted token (`pricing/speculative.py`); a step
+        # with prefill chunks runs without speculation and reads the plain pricing.
+        spec = pool.speculative
+        self._per_token = 1.0 / spec.tokens_per_step if spec is not None else 1.0
+        self._plain: dict[int, _DecodePricing] = self._decode if spec is None else {}
         self._lines = {line: _Line(self._line_pricer(line)) for line in LINES}
         # A prompt's first chunk (nothing before it) is most chunks and varies only in length: priced like a
         # line, for every length at once, instead of op by op per new length.
@@ -396,7 +404,7 @@ class CostModel:
                 us += self._lines[line].charge(x, usage)
         if decode_batch:
             us += self._decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
-        for key in todo:
+        for key in (todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)):
             if key[1] == 0:
                 us += self._first_chunks.charge(key[0], usage)
                 continue
@@ -420,7 +428,8 @@ class CostModel:
         else:
             lines = step_lines(self.model, decode_batch, todo)
             ops = [op for line, x in lines.items() if x for op in line_ops(self.model, self.pool, line, np.array([x]))]
-            ops += [op for t, before in todo for op in chunk_ops(self.model, self.pool, t, before)]
+            mine = todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)
+            ops += [op for t, before in mine for op in chunk_ops(self.model, self.pool, t, before)]
             for fam, us in self._price_ops(ops, 1).by_family.items():
                 out[fam] = float(us[0])
             parts = self._pricing(decode_batch).all_parts if decode_batch else []
@@ -433,21 +442,44 @@ class CostModel:
             out[v.family] = out.get(v.family, 0.0) + float(v.roof(x)[0] if np.isnan(t[0]) else t[0])
         return {f: us * 1e-6 for f, us in sorted(out.items(), key=lambda kv: -kv[1])}
 
+    def ops_breakdown(self, ops: list[Op]) -> dict[str, float]:
+        """Seconds per op family of a list of ops at the shapes they name (e.g. a verify step and its draft
+        steps, apart); charges no usage."""
+        by_family = self._price_ops([Spec(op.family, op.params, op.count) for op in ops], 1).by_family
+        return {f: float(us[0]) * 1e-6 for f, us in sorted(by_family.items(), key=lambda kv: -float(kv[1][0]))}
+
     # -- internals ---------------------------------------------------------------------------------------
     def _pricing(self, batch: int) -> _DecodePricing:
+        """A decode-only step of `batch` sequences: plain, or per accepted token with speculation on."""
         pricing = self._decode.get(batch)
         if pricing is None:
-            ops = step_ops(self.model, self.pool, batch, 1, (), 1 if self.integrity else 0)
-            pricing = self._decode[batch] = _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops
-                                                                             if op.family in VARYING])
+            pricing = self._decode[batch] = self._build(batch, self.pool.speculative is not None)
         return pricing
+
+    def _plain_pricing(self, batch: int) -> _DecodePricing:
+        """The decode pricing without speculation (a mixed step's decode part; `_pricing` without speculation)."""
+        pricing = self._plain.get(batch)
+        if pricing is None:
+            pricing = self._plain[batch] = self._build(batch, False)
+        return pricing
+
+    def _build(self, batch: int, speculative: bool) -> _DecodePricing:
+        """A speculative step is a verify step and its draft steps, each op's time × 1/τ: the price of one
+        accepted token."""
+        pages = 1 if self.integrity else 0
+        if speculative:
+            ops, scale = speculative_step_ops(self.model, self.pool, batch, 1, pages), self._per_token
+        else:
+            ops, scale = step_ops(self.model, self.pool, batch, 1, (), pages), 1.0
+        return _DecodePricing(batch, self._fix(ops, scale), [self._varying(op, scale) for op in ops
+                                                             if op.family in VARYING])
 
     def _decode_parts(self, batch: int, ctx_total: int, pages: int, usage: Usage) -> float:
         """Microseconds of the decode batch's attention, indexer and integrity check in a mixed step (the
         decode pricing's parts, one step, in plain floats); charges them to `usage`."""
         ctx = ctx_total / batch
         us = 0.0
-        for v in self._pricing(batch).all_parts:
+        for v in self._plain_pricing(batch).all_parts:
             x = float(pages) if v.key == "pages" else ctx
             if v.cap is not None:
                 x = min(x, v.cap)
@@ -455,7 +487,7 @@ class CostModel:
             if math.isnan(t):
                 t = float(v.roof(x))
                 usage.seconds["fallback"] += t * 1e-6
-                usage._ops[v.family] += v.count
+                usage._ops[v.family] += v.ops
             else:
                 usage.seconds["table"] += t * 1e-6
             us += t
@@ -542,23 +574,25 @@ class CostModel:
             out[sel] = table.us(float(o), inner[sel])
         return out
 
-    def _varying(self, op: Op) -> _Varying:
-        v = self._varyings.get(op)
+    def _varying(self, op: Op, scale: float = 1.0) -> _Varying:
+        v = self._varyings.get((op, scale))
         if v is None:
             params = op.params
             key = "pages" if op.family == "integrity_check" else "context"
             cap = context_cap(self.model) if op.family in ATTENTION else None
             curve = self.profile.curve(op.family, params)
-            v = self._varyings[op] = _Varying(op.family, params, op.count, key, cap, curve, self.hw)
+            v = self._varyings[op, scale] = _Varying(op.family, params, op.count, key, cap, curve, self.hw, scale)
         return v
 
-    def _fix(self, ops: list[Op]) -> _Fixed:
+    def _fix(self, ops: list[Op], scale: float = 1.0) -> _Fixed:
         fixed = _Fixed()
         for op in ops:
             if op.family in VARYING:
                 continue
             us, src = self._price(op)
             us *= op.count
+            if scale != 1.0:
+                us *= scale
             fixed.us += us
             fixed.by_source[src] += us
             fixed.by_family[op.family] = fixed.by_family.get(op.family, 0.0) + us
@@ -584,3 +618,12 @@ class CostModel:
 
 def _chunks(chunks: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple((int(t), int(c)) for t, c in chunks if t > 0)
+
+
+def busiest_rank(chunks: tuple[tuple[int, int], ...], dp: int) -> tuple[tuple[int, int], ...]:
+    """Under DP attention a step's prefill chunks run on different ranks at once; their own ops (attention over
+    the prompt so far) are priced on the busiest rank: chunks dealt out one per rank, it gets ceil(n / dp) of
+    them, taken as the largest (the step's lines already spread its rows evenly, `ops._rank_rows`)."""
+    if len(chunks) <= 1:
+        return chunks
+    return tuple(sorted(chunks, key=lambda c: (-c[0], -c[1]))[: -(-len(chunks) // dp)])

@@ -21,8 +21,22 @@ uses the unabsorbed ("MHA") form, as DeepSeek, SGLang and vLLM do: the chunk's w
 attention FLOPs than the absorbed form, which outweighs the expansion GEMM. Sparse (DSA) prefill stays in the
 absorbed MQA form, because each query attends to its own top-k set of latents (FlashMLA's sparse prefill).
 
-Not modeled: MTP / speculative decoding, EP load imbalance (the expected mean load per rank is used), and
-varlen attention kernels (each prefill chunk is its own attention op).
+DP attention with wide EP (`pool.dp` > 1, ep = tp; simulator/config/parallel.py): each DP rank runs attention,
+dense layers, shared experts and the head for its own sequences over its attention TP group of tp / dp GPUs,
+and the busiest rank sets the step: a line of x rows puts ceil(x / dp) of them on it. The routed experts see
+every rank's tokens: tokens reach the rank holding their expert by an all-to-all dispatch (FP8 with one fp32
+scale per 128 values, as DeepEP dispatches) and come back by an all-to-all combine (BF16); the busiest EP rank
+receives `expert_imbalance` × the mean token-expert pairs. A step's prefill chunks run on different DP ranks at
+once: `step_ops` lists every chunk's own ops, and the cost model prices the busiest rank's share of them
+(`costmodel.busiest_rank`).
+
+Speculative decoding (`pool.speculative`): `step_ops(..., queries=k+1)` is the verify step — every line at
+(k+1) rows per sequence (all positions are sampled to verify), decode attention with k+1 queries per sequence
+folded into the head dimension as FlashMLA runs it (one read of the cache); `mtp_draft_ops` is one draft step
+of an MTP module (simulator/pricing/speculative.py composes them).
+
+Not modeled: EP load imbalance without DP attention beyond `expert_imbalance`, and varlen attention kernels
+(each prefill chunk is its own attention op).
 """
 
 from __future__ import annotations
@@ -35,6 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from simulator.capacity import format_rule
+from simulator.config.formats import GROUPED, QUANTIZED_ACTIVATIONS
 from simulator.config.scenario import Pool
 from simulator.config.specs import MLA, Component, ModelSpec
 
@@ -53,9 +68,10 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "elementwise": ("bytes",),
     "allreduce": ("bytes", "ranks"),
     "allgather": ("bytes", "ranks"),
+    "alltoall": ("bytes", "ranks", "nodes"),  # MoE dispatch or combine: bytes the busiest EP rank receives
 }
 _KEYS = {f: frozenset(keys) for f, keys in FAMILIES.items()}
-COLLECTIVES = frozenset({"allreduce", "allgather"})  # priced by the roofline only: one GPU cannot time them
+COLLECTIVES = frozenset({"allreduce", "allgather", "alltoall"})  # priced by the roofline only: one GPU cannot time them
 # Families whose time moves with the decode batch's context (or pages) while the batch stays the same.
 DECODE_CONTEXT_FAMILIES = frozenset({"decode_attention_mla", "decode_attention_gqa", "decode_indexer"})
 
@@ -132,6 +148,7 @@ class _Builder:
         self.model, self.pool, self.merge = model, pool, merge
         self.rule = format_rule(model, pool.weights)
         self.group = pool.int4_group_size or self.rule.group_size or 128
+        self.tp = pool.tp // pool.dp  # the attention TP group (the instance's tp without DP attention)
         self.counts: dict[tuple[str, Shape], int] = {}
         self.unmerged: list[Spec] = []
 
@@ -148,20 +165,20 @@ class _Builder:
 
     def fmt(self, component: Component) -> tuple[str, int]:
         if self.pool.weights != "bf16" and component in self.rule.components:
-            return self.pool.weights, self.group if self.pool.weights == "int4" else 0
+            return self.pool.weights, self.group if self.pool.weights in GROUPED else 0
         return "bf16", 0
 
     def gemm(self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1) -> None:
         w, g = self.fmt(component)
         self.add("gemm", count, m=m, n=n, k=k, batch=batch, weights=w, group=g)
-        if w == "fp8":  # W8A8 block FP8 quantizes activations per 128-group first: its own kernel
+        if w in QUANTIZED_ACTIVATIONS:  # W8A8 block FP8 quantizes activations per 128-group first: its own kernel
             self.elementwise(m * k * batch * 3, count)
 
     def moe(self, tokens: Any, experts: Any, n: int, k: int, count: int, input_rows: Any) -> None:
         """`input_rows`: rows an FP8 activation quantize reads (the layer's tokens before they fan out)."""
         w, g = self.fmt("routed_experts")
         self.add("moe_gemm", count, tokens=tokens, experts=experts, n=n, k=k, weights=w, group=g)
-        if w == "fp8":
+        if w in QUANTIZED_ACTIVATIONS:
             self.elementwise(input_rows * k * 3, count)
 
     def elementwise(self, nbytes: Any, count: int) -> None:
@@ -177,17 +194,18 @@ def _round_up_from_one(x: Any) -> Any:
 
 
 def step_ops(model: ModelSpec, pool: Pool, decode_batch: int, decode_context: int,
-             prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0) -> list[Op]:
+             prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0, queries: int = 1) -> list[Op]:
     """The kernels one GPU runs for one step: `decode_batch` sequences of `decode_context` tokens (mean)
-    each decoding one token, plus prefill chunks of (new_tokens, context_before)."""
+    each decoding one token (`queries` > 1: verifying that many positions), plus prefill chunks of
+    (new_tokens, context_before)."""
     chunks = [(int(t), int(c)) for t, c in prefill_chunks if t > 0]
-    lines = step_lines(model, decode_batch, chunks)
+    lines = step_lines(model, decode_batch * queries, chunks)
     if lines["tokens"] == 0:
         return []
     b = _Builder(model, pool)
     for line, x in lines.items():
         _LINES[line](b, x)
-    _decode(b, decode_batch, decode_context, integrity_pages)
+    _decode(b, decode_batch, decode_context, integrity_pages, queries)
     for t, before in chunks:
         _chunk(b, t, before)
     return b.ops()
@@ -220,10 +238,16 @@ def chunk_ops(model: ModelSpec, pool: Pool, tokens: int, before: int) -> list[Sp
     return b.unmerged
 
 
-def _tokens(b: _Builder, m: Any) -> None:
+def _rank_rows(b: _Builder, x: Any) -> Any:
+    """Rows of a line on the busiest DP rank: ceil(x / dp) (all of them without DP attention)."""
+    return x if b.pool.dp == 1 else _div(x, b.pool.dp)
+
+
+def _tokens(b: _Builder, m_all: Any) -> None:
     """Everything that runs once per row of the step."""
-    model, pool = b.model, b.pool
-    h, tp, layers = model.hidden, pool.tp, model.layers
+    model = b.model
+    m = _rank_rows(b, m_all)
+    h, tp, layers = model.hidden, b.tp, model.layers
     b.elementwise(m * h * 2 * 2, 1)  # embedding gather (vocab-parallel)
     b.elementwise(m * h * 2 * 4, 2 * layers)  # input + post-attention RMSNorm fused with the residual add
     if isinstance(model.attention, MLA):
@@ -234,7 +258,7 @@ def _tokens(b: _Builder, m: Any) -> None:
         _indexer(b, m)
     _dense_ffn(b, m, layers - model.moe_layers)
     if model.moe_layers:
-        _moe(b, m, model.moe_layers)
+        _moe(b, m_all, model.moe_layers)
     if tp > 1:
         b.add("allreduce", 2 * layers + 1, bytes=m * h * 2, ranks=tp)  # + the vocab-parallel embedding's
     b.elementwise(m * h * 2 * 2, 1)  # final norm
@@ -242,7 +266,8 @@ def _tokens(b: _Builder, m: Any) -> None:
 
 def _rows(b: _Builder, rows: Any) -> None:
     """Logits only for each sequence's last position."""
-    model, tp = b.model, b.pool.tp
+    model, tp = b.model, b.tp
+    rows = _rank_rows(b, rows)
     b.gemm("lm_head", rows, _div(model.vocab, tp), model.hidden, 1)
     if tp > 1:
         b.add("allgather", 1, bytes=rows * model.vocab * 2, ranks=tp)
@@ -255,7 +280,8 @@ def _absorbed(b: _Builder, rows: Any) -> None:
     a = b.model.attention
     if not isinstance(a, MLA) or (not isinstance(rows, np.ndarray) and not rows):
         return
-    L, heads = b.model.layers, _div(a.heads, b.pool.tp)
+    rows = _rank_rows(b, rows)
+    L, heads = b.model.layers, _div(a.heads, b.tp)
     b.add("gemm", L, m=rows, n=a.kv_lora_rank, k=a.qk_nope_head_dim, batch=heads, weights="bf16", group=0)
     b.add("gemm", L, m=rows, n=a.v_head_dim, k=a.kv_lora_rank, batch=heads, weights="bf16", group=0)
 
@@ -264,27 +290,31 @@ _LINES: dict[str, Callable[[_Builder, Any], None]] = {"tokens": _tokens, "rows":
 LINES = tuple(_LINES)
 
 
-def _decode(b: _Builder, batch: int, context: int, integrity_pages: int) -> None:
+def _decode(b: _Builder, batch: int, context: int, integrity_pages: int, queries: int = 1) -> None:
+    """Decode attention of `batch` sequences; `queries` per sequence are folded into the heads (speculative
+    verify: FlashMLA treats a sequence's query positions × heads as one query block over one cache read)."""
     model, pool = b.model, b.pool
     if not batch:
         return
-    a, L, tp = model.attention, model.layers, pool.tp
+    batch = _rank_rows(b, batch)
+    a, L, tp = model.attention, model.layers, b.tp
     if isinstance(a, MLA):
-        b.add("decode_attention_mla", L, heads=_div(a.heads, tp), batch=batch, context=_attended(model, context),
-              kv=pool.kv_cache, layout=pool.kv_layout, page_size=pool.page_size)
+        b.add("decode_attention_mla", L, heads=_div(a.heads, tp) * queries, batch=batch,
+              context=_attended(model, context), kv=pool.kv_cache, layout=pool.kv_layout, page_size=pool.page_size)
     else:
-        b.add("decode_attention_gqa", L, q_heads=_div(a.heads, tp), kv_heads=_div(a.kv_heads, tp),
+        b.add("decode_attention_gqa", L, q_heads=_div(a.heads, tp) * queries, kv_heads=_div(a.kv_heads, tp),
               head_dim=a.head_dim, batch=batch, context=_attended(model, context), kv=pool.kv_cache,
               page_size=pool.page_size)
     if model.indexer:
-        b.add("decode_indexer", _indexed_layers(model), batch=batch, context=int(context), **_indexer_keys(model))
+        b.add("decode_indexer", _indexed_layers(model), batch=batch * queries, context=int(context),
+              **_indexer_keys(model))
     if integrity_pages > 0:
         b.add("integrity_check", 1, pages=int(integrity_pages))
 
 
 def _chunk(b: _Builder, t: int, before: int) -> None:
-    model, pool = b.model, b.pool
-    a, L, tp = model.attention, model.layers, pool.tp
+    model = b.model
+    a, L, tp = model.attention, model.layers, b.tp
     topk = model.indexer.topk if model.indexer else 0
     if isinstance(a, MLA):
         heads = _div(a.heads, tp)
@@ -306,7 +336,7 @@ def _mla(b: _Builder, m: Any) -> None:
     model, pool = b.model, b.pool
     a = model.attention
     assert isinstance(a, MLA)
-    L, hd, tp = model.layers, model.hidden, pool.tp
+    L, hd, tp = model.layers, model.hidden, b.tp
     heads = _div(a.heads, tp)
     latent = a.kv_lora_rank + a.qk_rope_head_dim
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -327,7 +357,7 @@ def _gqa(b: _Builder, m: Any) -> None:
     model, pool = b.model, b.pool
     a = model.attention
     assert not isinstance(a, MLA)
-    L, tp = model.layers, pool.tp
+    L, tp = model.layers, b.tp
     heads, kv_heads = _div(a.heads, tp), _div(a.kv_heads, tp)
     b.gemm("attention", m, (heads + 2 * kv_heads) * a.head_dim, model.hidden, L)
     b.elementwise(m * (heads + kv_heads) * a.head_dim * a.partial_rotary_factor * 2 * 2, L)  # rope
@@ -362,32 +392,56 @@ def _indexer(b: _Builder, m: Any) -> None:
 
 
 def _dense_ffn(b: _Builder, m: Any, layers: int) -> None:
-    inter = _div(b.model.dense_intermediate, b.pool.tp)
+    inter = _div(b.model.dense_intermediate, b.tp)
     b.gemm("dense_ffn", m, 2 * inter, b.model.hidden, layers)
     b.elementwise(m * 3 * inter * 2, layers)  # SiLU(gate) × up
     b.gemm("dense_ffn", m, b.model.hidden, inter, layers)
 
 
-def _moe(b: _Builder, m: Any, layers: int) -> None:
+def _moe(b: _Builder, m_all: Any, layers: int) -> None:
+    """Routed experts over the instance's `m_all` rows; the router, shared experts and combine on a rank's own."""
     model, pool = b.model, b.pool
     moe = model.moe
     assert moe is not None
+    m = _rank_rows(b, m_all)
     hd, E = model.hidden, moe.routed_experts
     b.gemm("router", m, E, hd, layers)
     b.elementwise(m * E * 4 * 2, layers)  # scores, grouped top-k
-    pairs = _round_up_from_one(m * moe.top_k / pool.ep)
-    local = _round_up_from_one(expected_experts(E, moe.top_k, m) / pool.ep)
+    load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
+    pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
+    slots = E + pool.redundant_experts  # EPLB replicas are touched like the experts they copy
+    local = _round_up_from_one(expected_experts(slots, moe.top_k, m_all) / pool.ep)
     inter = _div(moe.intermediate, pool.tp // pool.ep)
+    if pool.dp > 1:  # tokens travel to their experts' ranks and back
+        b.add("alltoall", layers, bytes=pairs * dispatch_bytes(hd), ranks=pool.ep, nodes=pool.nodes)
+        b.add("alltoall", layers, bytes=pairs * hd * 2, ranks=pool.ep, nodes=pool.nodes)
     b.elementwise(pairs * 4 * 2, layers)  # moe_align: sort token-expert pairs by expert, pad to tiles
     b.moe(pairs, local, 2 * inter, hd, layers, m)
     b.elementwise(pairs * 3 * inter * 2, layers)
     b.moe(pairs, local, hd, inter, layers, pairs)
     b.elementwise((pairs + m) * hd * 2, layers)  # weighted combine of the top-k outputs
     if moe.shared_experts:
-        inter_s = _div(moe.shared_experts * moe.intermediate, pool.tp)
+        inter_s = _div(moe.shared_experts * moe.intermediate, b.tp)
         b.gemm("shared_experts", m, 2 * inter_s, hd, layers)
         b.elementwise(m * 3 * inter_s * 2, layers)
         b.gemm("shared_experts", m, hd, inter_s, layers)
+
+
+def dispatch_bytes(hidden: int) -> int:
+    """Bytes one token-expert pair moves in an FP8 dispatch: e4m3 values and one fp32 scale per 128 (DeepEP)."""
+    return hidden + 4 * _div(hidden, 128)
+
+
+def mtp_draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> list[Op]:
+    """One draft step of the model's MTP module for `batch` sequences: eh_proj over [embedding; hidden], its
+    norms, one decoder layer (attention over the sequence's context, the FFN) and the shared head."""
+    layer = model.model_copy(update={"layers": model.mtp_layers, "mtp_layers": 0,
+                                     "dense_layers": 0 if model.moe else model.mtp_layers})
+    b = _Builder(model, pool)
+    rows, h = _rank_rows(b, batch), model.hidden
+    b.gemm("mtp", rows, _div(h, b.tp), 2 * h, model.mtp_layers)  # eh_proj
+    b.elementwise(rows * h * 2 * 2 * 2, model.mtp_layers)  # enorm + hnorm
+    return b.ops() + step_ops(layer, pool, batch, context)
 
 
 # -- what a profile must measure ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.config import formats
 from simulator.config.specs import HardwareSpec
 
 # -- achieved share of HardwareSpec.copy_gbs (the measured device-to-device copy bandwidth) --------------------
@@ -71,6 +72,14 @@ MIN_TILE_M = 16
 # the 900 GB/s nameplate (nccl-tests on DGX H100/H200): 0.45.
 NVLINK_EFF = 0.45
 
+# MoE all-to-all (dispatch, combine) under DP attention + wide EP, anchored on DeepEP's published figures
+# (github.com/deepseek-ai/DeepEP, README and docs/legacy.md; DeepSeek-V3 settings, FP8 dispatch, BF16 combine):
+# over NVLink, V1 reached 153-158 GB/s on H800 (whose NVLink DeepEP puts at ~160 GB/s; 400 GB/s nameplate) and V2
+# 726-740 GB/s on B200 (1,800 nameplate): ~0.40 of the nameplate `nvlink_gbs`. Over RDMA, V1's low-latency decode
+# kernels reached 39-46 GB/s per GPU at EP 64-256 on a 400 Gb/s CX7 NIC (~50 GB/s): 0.80 of `scaleout_gbs`.
+A2A_NVLINK_EFF = 0.40
+A2A_RDMA_EFF = 0.80
+
 # Launches per op: split-KV decode writes partials, then merges them; the indexer computes logits, then top-k.
 KERNELS = {"decode_attention_mla": 2, "decode_attention_gqa": 2, "decode_indexer": 2, "prefill_indexer": 2}
 
@@ -82,10 +91,14 @@ MLA_ROW_BYTES = {("bf16", "flat"): 1152.0, ("bf16", "tiled"): 1152.0, ("fp8_e4m3
                  ("fp8_e4m3", "tiled"): 656.0}
 INTEGRITY_BYTES_PER_PAGE = 12  # page id, recorded tag, current tag (int32 each)
 FP8_BLOCK_SCALE_BYTES = 4 / (128 * 128)  # fp32 scale per 128×128 block
+NEW_FORMATS = frozenset({"w4a8", "nvfp4", "mxfp4"})
 
 
 def weight_bytes(weights: str, group: int) -> float:
-    """Bytes per weight: BF16 2, FP8 1 + block scales, INT4 half a byte + a BF16 scale per group."""
+    """Bytes per weight: BF16 2, FP8 1 + block scales, INT4 half a byte + a BF16 scale per group; W4A8, NVFP4
+    and MXFP4 as `simulator/config/formats.py` counts them."""
+    if weights in NEW_FORMATS:
+        return formats.bytes_per_weight(weights, group)
     if weights == "int4":
         return (4 + 16 / group) / 8
     return 1.0 + FP8_BLOCK_SCALE_BYTES if weights == "fp8" else 2.0
@@ -133,14 +146,14 @@ def work(family: str, s: Mapping[str, Any]) -> Work:
         w = s["weights"]
         wb = batch * n * k * weight_bytes(w, s["group"])
         flops = 2.0 * batch * m * n * k
-        return Work(wb + batch * m * (n + k) * 2, flops, flops, w, MEM_EFF_INT4 if w == "int4" else MEM_EFF_GEMM,
-                    MMA_EFF_GEMM)
+        return Work(wb + batch * m * (n + k) * 2, flops, flops, formats.tensor_core(w),
+                    MEM_EFF_INT4 if w in formats.GROUPED else MEM_EFF_GEMM, MMA_EFF_GEMM)
     if family == "moe_gemm":
         t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
         rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
         wb = e * n * k * weight_bytes(w, s["group"])
-        return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, w,
-                    MEM_EFF_INT4 * MEM_EFF_MOE / MEM_EFF_GEMM if w == "int4" else MEM_EFF_MOE, MMA_EFF_MOE)
+        return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, formats.tensor_core(w),
+                    MEM_EFF_INT4 * MEM_EFF_MOE / MEM_EFF_GEMM if w in formats.GROUPED else MEM_EFF_MOE, MMA_EFF_MOE)
     if family == "decode_attention_mla":
         h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
         flops = 2.0 * b * c * (MLA_LATENT + MLA_NOPE)
@@ -180,6 +193,10 @@ def work(family: str, s: Mapping[str, Any]) -> Work:
 def _rate_tflops(rate: str, hw: HardwareSpec) -> float:
     if rate == "fp8":
         return hw.fp8_tflops
+    if rate == "fp4":
+        return formats.fp4_tflops(hw)
+    if rate == "w4a8":  # INT4 → FP8 conversion in the main loop: the same share as INT4's dequant to BF16
+        return hw.fp8_tflops * INT4_MMA_FACTOR
     return hw.bf16_tflops * (INT4_MMA_FACTOR if rate == "int4" else 1.0)
 
 
@@ -201,6 +218,8 @@ def op_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     """Microseconds of one op of this family and shape on `hw`."""
     if family in ("allreduce", "allgather"):
         return hw.allreduce_latency_us + _collective_bytes(family, s) / (hw.nvlink_gbs * NVLINK_EFF * 1e3)
+    if family == "alltoall":
+        return hw.allreduce_latency_us + alltoall_transfer_us(s, hw, A2A_NVLINK_EFF, A2A_RDMA_EFF)
     mem, mma, floor = terms_us(family, s, hw)
     return _maximum(mem, mma) + floor
 
@@ -209,6 +228,22 @@ def ideal_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     """The pure bytes/FLOPs bound: datasheet HBM bandwidth, tensor-core ceiling, no floors, padding or latency."""
     if family in ("allreduce", "allgather"):
         return _collective_bytes(family, s) / (hw.nvlink_gbs * 1e3)
+    if family == "alltoall":
+        return alltoall_transfer_us(s, hw, 1.0, 1.0)
     w = work(family, s)
-    rate = hw.fp8_tflops if w.rate == "fp8" else hw.bf16_tflops
+    rate = {"fp8": hw.fp8_tflops, "w4a8": hw.fp8_tflops, "fp4": hw.fp4_tflops or hw.fp8_tflops}.get(w.rate,
+                                                                                                   hw.bf16_tflops)
     return _maximum(w.bytes / (hw.hbm_gbs * 1e3), w.flops / (rate * 1e6))
+
+
+def alltoall_split(s: Mapping[str, Any]) -> tuple[Any, Any]:
+    """Bytes of an all-to-all that the busiest rank moves over NVLink (peers in its node) and over the scale-out
+    network (peers in other nodes), with destinations spread evenly over the `ranks` (its own share stays)."""
+    ranks, per_node = s["ranks"], s["ranks"] // s["nodes"]
+    return s["bytes"] * (per_node - 1) / ranks, s["bytes"] * (ranks - per_node) / ranks
+
+
+def alltoall_transfer_us(s: Mapping[str, Any], hw: HardwareSpec, nvlink_eff: float, rdma_eff: float) -> Any:
+    """NVLink and scale-out transfers run at once: the slower of the two sets the time."""
+    intra, inter = alltoall_split(s)
+    return _maximum(intra / (hw.nvlink_gbs * nvlink_eff * 1e3), inter / (hw.scaleout_gbs * rdma_eff * 1e3))

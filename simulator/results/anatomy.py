@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simulator.pricing.speculative import draft_ops, verify_ops
+
 if TYPE_CHECKING:
+    from simulator.config.scenario import Pool
     from simulator.modeled.engine import Simulation
+    from simulator.pricing.costmodel import CostModel
 
 TOP = 6  # families listed per step; the rest are summed as "other"
 
@@ -36,9 +40,15 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
         entry: dict[str, Any] = {}
         if inst in sim.entry:  # the pool that prefills new requests (a disaggregated decode pool only recomputes)
             chunk = max(1, min(pool.chunk_size, pool.max_batch_tokens, mean_prompt))
-            fam = cost.breakdown(0, 0, 0, [(chunk, 0)])
+            # Under DP attention: a step with one such chunk on every DP rank (the spread the pricing assumes)
+            ranks = max(1, min(pool.dp, pool.max_batch_tokens // chunk))
+            fam = cost.breakdown(0, 0, 0, [(chunk, 0)] * ranks)
             entry["prefill_chunk"] = {"tokens": chunk, "ms": round(sum(fam.values()) * 1e3, 4),
                                       "by_family": _families(fam)}
+            if ranks > 1:
+                entry["prefill_chunk"]["dp_ranks"] = ranks
+            if "alltoall" in fam:
+                entry["prefill_chunk"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
         steps = sum(i.stats.steps for i in insts)
         if name == "decode" and steps:
             batch = max(1, round(sum(i.stats.decode_seq_steps for i in insts) / steps))
@@ -47,6 +57,11 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
             fam = cost.breakdown(batch, ctx, pages)
             entry["decode_step"] = {"batch": batch, "context": mean_prompt + mean_output // 2,
                                     "ms": round(sum(fam.values()) * 1e3, 4), "by_family": _families(fam)}
+            if "alltoall" in fam:  # DP attention + wide EP: the dispatch and combine of every MoE layer
+                entry["decode_step"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
+            if pool.speculative is not None:
+                entry["speculative"] = _speculative(sim, pool, cost, batch, mean_prompt + mean_output // 2, pages)
+
         names = {"table": "profile_table", "fallback": "roofline", "collective": "collective_model"}
         entry["priced_from"] = {names[k]: round(v, 4) for k, v in cost.usage.shares().items()}
         out[name] = entry
@@ -58,3 +73,19 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
         "decode_step_ms": out["decode"].get("decode_step", {}).get("ms"),
     }
     return out
+
+
+def _speculative(sim: Simulation, pool: Pool, cost: CostModel, batch: int, context: int, pages: int) -> dict[str, Any]:
+    """One verify step and its k draft steps at the decode step's batch and context, apart, and what they cost
+    per accepted token (the decode step above is that price: the pair divided by the mean accepted length)."""
+    spec = pool.speculative
+    assert spec is not None
+    verify = cost.ops_breakdown(verify_ops(sim.sc.model, pool, batch, context, pages if sim.sc.integrity.enabled
+                                           else 0))
+    draft = cost.ops_breakdown(draft_ops(sim.sc.model, pool, batch, context))
+    v, d = sum(verify.values()), sum(draft.values())
+    return {"method": spec.method, "draft_tokens": spec.draft_tokens,
+            "tokens_per_step": round(spec.tokens_per_step, 4),
+            "verify_ms": round(v * 1e3, 4), "verify_by_family": _families(verify),
+            "draft_ms": round(d * 1e3, 4), "draft_by_family": _families(draft),
+            "ms_per_accepted_token": round((v + d) / spec.tokens_per_step * 1e3, 4)}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from simulator.capacity import capacity_dict
 from simulator.config.scenario import Scenario
 from simulator.modeled.engine import Simulation, StepTimer
 from simulator.results.anatomy import step_anatomy
@@ -26,7 +26,7 @@ def simulate(sc: Scenario, base_dir: Path | None = None, *, step_mode: bool = Fa
         "clock": "modeled",
         "scenario": sc.model_dump(mode="json", exclude={"sweep"}),
         "provenance": sim.profile.provenance(),
-        "capacity": {name: asdict(cap) for name, cap in sim.capacity.items()},
+        "capacity": {name: capacity_dict(cap) for name, cap in sim.capacity.items()},
         "metrics": build_metrics(sim),
         "integrity": build_integrity(sim),
         "step_anatomy": step_anatomy(sim),
