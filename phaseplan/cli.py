@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from phaseplan import planner
 from simulator.config import loader
 from simulator.errors import InputError
 from simulator.results import report
@@ -83,12 +84,21 @@ def _simulate(sc: Any, base_dir: Path) -> dict[str, Any]:
 @scenario_arg
 @json_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write result.json here.")
+@click.option("--repeats", type=click.IntRange(1, 10_000), default=1, show_default=True,
+              help="Runs over seeds seed..seed+N-1 (and the profile's p10-p90 spread): metrics with 95% intervals.")
+@planner.slo_option
+@planner.jobs_option
+@planner.backend_option
 @set_option
-def run(scenario: Path, as_json: bool, out: Path | None, sets: tuple[str, ...]) -> None:
+def run(scenario: Path, as_json: bool, out: Path | None, repeats: int, slo: str | None, jobs: int | None,
+        backend_kind: str, sets: tuple[str, ...]) -> None:
     """Simulate a scenario on the modeled clock (its `sweep` block is ignored)."""
     from simulator.atomic import write_atomic
 
     sc, _ = loader.load(scenario, sets)
+    if repeats > 1:
+        planner.run_repeats(sc, scenario, repeats, slo, jobs, backend_kind, as_json, out, console, dump)
+        return
     result = _simulate(sc, scenario.parent)
     if out is not None:
         write_atomic(out / "result.json", dump(result) + "\n")
@@ -103,27 +113,25 @@ def run(scenario: Path, as_json: bool, out: Path | None, sets: tuple[str, ...]) 
 @json_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
               help="Folder for the sweep CSV (and results.json).")
-@click.option("--jobs", type=click.IntRange(1, 64), default=1, show_default=True, help="Points run in parallel.")
+@planner.jobs_option
+@planner.backend_option
+@click.option("--pareto", is_flag=True, help="Also write the Pareto frontier of throughput per GPU (CSV, PNG).")
 @set_option
-def sweep(scenario: Path, as_json: bool, out: Path, jobs: int, sets: tuple[str, ...]) -> None:
-    """Run every point of the scenario's `sweep` block; print a table, write a CSV."""
+def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_kind: str, pareto: bool,
+          sets: tuple[str, ...]) -> None:
+    """Run every point of the scenario's `sweep` block; print a table, write a CSV. A failed point is kept."""
     from simulator.atomic import write_atomic
-    from simulator.config.sweep import points, scenario_at, to_csv
+    from simulator.config.sweep import points, to_csv
+    from simulator.planning.sweeps import run_sweep
 
     sc, raw = loader.load(scenario, sets)
-    pts = points(sc)
-    scenarios = [scenario_at(raw, p, str(scenario)) for p in pts]
-    if jobs > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(jobs) as ex:
-            docs = list(ex.map(_simulate, scenarios, [scenario.parent] * len(scenarios)))
-    else:
-        docs = [_simulate(s, scenario.parent) for s in scenarios]
-    results = [{"point": p, **d} for p, d in zip(pts, docs, strict=True)]
+    with planner.backend(backend_kind, jobs) as b, planner.bar("sweep points", len(points(sc))) as tick:
+        results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
     csv_path = out / f"{scenario.stem}-sweep.csv"
     write_atomic(csv_path, to_csv(results))
     write_atomic(out / f"{scenario.stem}-sweep.json", dump(results, compact=True) + "\n")
+    if pareto:
+        planner.write_pareto(sc.name, results, out / f"{scenario.stem}-sweep", console)
     if as_json:
         click.echo(dump(results, compact=True))
     else:
@@ -212,6 +220,9 @@ def presets() -> None:
     t.add_row("models", ", ".join(p.names("models")))
     t.add_row("hardware", ", ".join(p.names("hardware")))
     console.print(t)
+
+
+planner.register(cli, scenario_arg, json_option, set_option, console, dump)
 
 
 def main() -> None:

@@ -11,23 +11,29 @@ from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
-# Columns of the sweep table and CSV: (header, dotted path into the Result).
+# Columns of the sweep table and CSV: (header with its unit, dotted path into the Result, unit). A "%" column
+# holds a share, shown and written as a percentage, as `run` shows it.
 COLUMNS = [
-    ("out tok/s", "metrics.output_tokens_per_s"),
-    ("in tok/s", "metrics.input_tokens_per_s"),
-    ("tok/s/GPU", "metrics.output_tokens_per_s_per_gpu"),
-    ("TTFT p95 ms", "metrics.ttft_ms.p95"),
-    ("TPOT p50 ms", "metrics.tpot_ms.p50"),
-    ("TPOT p95 ms", "metrics.tpot_ms.p95"),
-    ("max running", "metrics.max_running"),
-    ("preempted", "metrics.preempted"),
-    ("KV occ max", "metrics.kv_occupancy.max"),
-    ("SLO", "metrics.slo_attainment"),
-    ("$/Mtok", "metrics.cost_per_mtok_usd"),
-    ("prefill chunk ms", "step_anatomy.summary.prefill_chunk_ms"),
-    ("  of it GEMM ms", "step_anatomy.summary.prefill_chunk_gemm_ms"),
-    ("decode step ms", "step_anatomy.summary.decode_step_ms"),
+    ("out tok/s", "metrics.output_tokens_per_s", "tok/s"),
+    ("in tok/s", "metrics.input_tokens_per_s", "tok/s"),
+    ("tok/s/GPU", "metrics.output_tokens_per_s_per_gpu", "tok/s"),
+    ("TTFT p95 ms", "metrics.ttft_ms.p95", "ms"),
+    ("TPOT p50 ms", "metrics.tpot_ms.p50", "ms"),
+    ("TPOT p95 ms", "metrics.tpot_ms.p95", "ms"),
+    ("max running", "metrics.max_running", ""),
+    ("preempted", "metrics.preempted", ""),
+    ("KV occ max %", "metrics.kv_occupancy.max", "%"),
+    ("SLO %", "metrics.slo_attainment", "%"),
+    ("$/Mtok out", "metrics.cost_per_mtok_usd", "$"),
+    ("prefill chunk ms", "step_anatomy.summary.prefill_chunk_ms", "ms"),
+    ("of it GEMM ms", "step_anatomy.summary.prefill_chunk_gemm_ms", "ms"),
+    ("decode step ms", "step_anatomy.summary.decode_step_ms", "ms"),
 ]
+
+
+def scaled(v: Any, unit: str) -> Any:
+    """A value in its column's unit: shares as percentages."""
+    return round(v * 100, 4) if unit == "%" and isinstance(v, int | float) else v
 
 
 def points(sc: Scenario) -> list[dict[str, Any]]:
@@ -60,15 +66,19 @@ def lookup(doc: dict[str, Any], dotted: str) -> Any:
 
 
 def to_csv(results: list[dict[str, Any]]) -> str:
+    """Every column of every point; a point that failed has its reason in `error` and no figures."""
     paths = list(results[0]["point"]) if results else []
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(paths + [p for _, p in COLUMNS] + ["integrity.detected", "provenance.profile_source"])
+    w.writerow(paths + [h for h, _, _ in COLUMNS] + ["integrity detected", "profile source", "error"])
     for r in results:
+        if "error" in r:
+            w.writerow([r["point"][p] for p in paths] + [""] * (len(COLUMNS) + 2) + [r["error"]])
+            continue
         w.writerow(
             [r["point"][p] for p in paths]
-            + [lookup(r, p) for _, p in COLUMNS]
-            + [lookup(r, "integrity.detected"), lookup(r, "provenance.profile_source")]
+            + [scaled(lookup(r, p), u) for _, p, u in COLUMNS]
+            + [lookup(r, "integrity.detected"), lookup(r, "provenance.profile_source"), ""]
         )
     return buf.getvalue()
 
@@ -81,7 +91,7 @@ def paired_deltas(results: list[dict[str, Any]], axis: str) -> list[dict[str, An
         return []
     on, off = values
     by_rest: dict[tuple, dict[Any, dict[str, Any]]] = {}
-    for r in results:
+    for r in (r for r in results if "error" not in r):
         rest = tuple((k, v) for k, v in r["point"].items() if k != axis)
         by_rest.setdefault(rest, {})[r["point"][axis]] = r
     rows = []

@@ -264,7 +264,8 @@ class Instance(ServingInstance):
 
 class Simulation:
     def __init__(self, sc: Scenario, *, step_mode: bool = False, base_dir: Path | None = None,
-                 on_progress: Callable[[int], None] | None = None, timer: StepTimer | None = None) -> None:
+                 on_progress: Callable[[int], None] | None = None, timer: StepTimer | None = None,
+                 profile: Profile | None = None) -> None:
         if timer is not None and not step_mode:
             raise ValueError("a step timer times one step at a time: it needs step_mode")
         self.sc = sc
@@ -272,7 +273,7 @@ class Simulation:
         self.timer = timer
         self.env = simpy.Environment()
         self.on_progress = on_progress
-        self.profile = Profile.for_scenario(sc, base_dir)
+        self.profile = profile or Profile.for_scenario(sc, base_dir)  # a repeat passes a draw of its spread
         self.router = Router(sc.routing.policy)
         self.records: dict[int, Record] = {}
         self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir)

@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator.config.scenario import Scenario
-from simulator.config.sweep import COLUMNS, lookup, paired_deltas
+from simulator.config.sweep import paired_deltas
+from simulator.results.cost import generating, per_mtok
+from simulator.results.sweep_table import WIDTH, sweep_table
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
 
@@ -52,6 +54,7 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         ("prefix hit rate", f"{m['prefix_hit_rate']:.1%}"),
         ("SLO attainment", "-" if m["slo_attainment"] is None else f"{m['slo_attainment']:.1%}"),
         ("cost per M output tokens", "-" if m["cost_per_mtok_usd"] is None else f"${m['cost_per_mtok_usd']:.3f}"),
+        *_all_tokens_cost(result),
         ("integrity", f"{'on' if it['enabled'] else 'off'}: checked {it['checked_pages']:,} pages, injected "
                       f"{it['injected']}, detected {it['detected']}, false positives {it['false_positives']}, "
                       f"aborted {it['aborted_requests']}, tokens lost {it['tokens_lost']:,}"),
@@ -61,6 +64,15 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
     console.print(t)
     print_anatomy(console, result)
     console.print(provenance_line(result))
+
+
+def _all_tokens_cost(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """A prefill study's row priced per million input + output tokens (its output price means nothing)."""
+    m, sc = result["metrics"], result["scenario"]
+    if generating(m) or not m["completed"]:
+        return []
+    c = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
+    return [("cost per M input+output tokens", f"${c['cost_per_m_total_tok_usd']:.3f} (requests generate no answer)")]
 
 
 def print_anatomy(console: Console, result: dict[str, Any]) -> None:
@@ -85,10 +97,13 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
 
 def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:
     paths = list(sc.sweep)
-    t = Table(*[p.split(".")[-1] for p in paths], *[h for h, _ in COLUMNS], title=sc.name)
-    for r in results:
-        t.add_row(*[str(r["point"][p]) for p in paths], *[_fmt(lookup(r, p)) for _, p in COLUMNS])
-    console.print(t)
+    t, left = sweep_table(sc.name, paths, results)
+    console.print(t, width=WIDTH)
+    for r in (r for r in results if "error" in r):
+        where = " ".join(f"{p.split('.')[-1]}={v}" for p, v in r["point"].items())
+        console.print(f"failed {where}: {r['error']}", overflow="fold", width=WIDTH)
+    if left:
+        console.print(f"in the CSV also: {', '.join(left)}", overflow="fold", width=WIDTH)
     for axis in (a for a in DELTA_AXES if a in sc.sweep):
         rows = paired_deltas(results, axis)
         values = list(dict.fromkeys(r["point"][axis] for r in results))

@@ -1,0 +1,120 @@
+"""`max-rate`: the highest arrival rate a configuration sustains within the SLO, and its cost there.
+
+Bisection on the rate, geometric (rates span orders of magnitude), on rates rounded to three significant
+digits so the answer is a number a person can type back (`--set traffic.rate=…` reproduces it exactly).
+A bracket is found by doubling or halving from the scenario's own rate; each trial stops early once its
+SLO is certainly missed, so the failing half of the search is cheap. Load curves are not always monotone
+(a burst lands differently at a slightly different rate), so the answer is confirmed: rates 10% and 20%
+above it must fail too, else the search goes on above them. Cost per million tokens is at the found rate —
+the figure to compare hardware and formats by, since at a fixed offered load a faster fleet only idles.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simulator.config import loader
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.planning.backends import Backend
+from simulator.planning.openloop import rate_overrides, requests_per_s, unit
+from simulator.planning.slo import SLO
+from simulator.planning.trial import Trial, run_trial
+from simulator.results.cost import per_mtok
+
+REL_TOL = 0.02  # bisection stops when the failing rate is within 2% of the passing one
+CONFIRM = (1.1, 1.2)  # rates above the answer that must fail
+MAX_DOUBLINGS = 20
+MAX_ROUNDS = 4  # confirmations that may restart the search higher
+
+
+def sig3(x: float) -> float:
+    return float(f"{x:.3g}")
+
+
+class _Search:
+    def __init__(self, raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, slo: SLO,
+                 backend: Backend, on_trial: Callable[[str], None] | None) -> None:
+        self.raw, self.sc, self.source, self.base_dir, self.slo = raw, sc, source, base_dir, slo
+        self.backend, self.on_trial = backend, on_trial
+        self.seen: dict[float, dict[str, Any]] = {}
+
+    def scenario(self, rate: float) -> Scenario:
+        over = {**rate_overrides(self.sc, rate), **self.slo.overrides()}
+        return loader.validate(loader.apply_overrides(self.raw, over), self.source)
+
+    def run(self, rates: list[float]) -> list[dict[str, Any]]:
+        todo = [r for r in dict.fromkeys(rates) if r not in self.seen]
+        outs = self.backend.map(run_trial, [Trial(self.scenario(r), self.base_dir, self.slo) for r in todo])
+        for r, out in zip(todo, outs, strict=True):
+            self.seen[r] = out
+            if self.on_trial is not None:
+                self.on_trial(f"{r:g}: {'meets the SLO' if out['meets'] else out['reason']}")
+        return [self.seen[r] for r in rates]
+
+    def meets(self, rate: float) -> bool:
+        return bool(self.run([rate])[0]["meets"])
+
+    def bracket(self, start: float) -> tuple[float, float]:
+        """(a passing rate, a failing rate above it)."""
+        r = sig3(start)
+        if self.meets(r):
+            for _ in range(MAX_DOUBLINGS):
+                nxt = sig3(r * 2)
+                if not self.meets(nxt):
+                    return r, nxt
+                r = nxt
+            raise InputError(f"max-rate: still within the SLO at {r:g} {unit(self.sc)}; no limit found")
+        for _ in range(MAX_DOUBLINGS):
+            nxt = sig3(r / 2)
+            if self.meets(nxt):
+                return nxt, r
+            r = nxt
+        out = self.seen[r]
+        raise InputError(f"max-rate: no rate meets the SLO ({self.slo.describe()}); even {r:g} {unit(self.sc)}: "
+                         f"{out['reason']}")
+
+    def bisect(self, lo: float, hi: float) -> tuple[float, float]:
+        while hi > lo * (1 + REL_TOL):
+            mid = sig3(math.sqrt(lo * hi))
+            if mid in (lo, hi):
+                break
+            if self.meets(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+
+def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, slo: SLO, backend: Backend,
+             start: float | None = None, on_trial: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The answer as JSON-ready data: rate, cost there, the metrics of the run at that rate, and the trials."""
+    raw = {k: v for k, v in raw.items() if k != "sweep"}
+    search = _Search(raw, sc, source, base_dir, slo, backend, on_trial)
+    lo, hi = search.bracket(start or sc.traffic.rate or 1.0)
+    for _ in range(MAX_ROUNDS):
+        lo, hi = search.bisect(lo, hi)
+        probes = [sig3(lo * f) for f in CONFIRM]
+        passing = [r for r, out in zip(probes, search.run(probes), strict=True) if out["meets"]]
+        if not passing:
+            break
+        lo, hi = search.bracket(max(passing))
+    best = search.seen[lo]
+    price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
+    at = search.scenario(lo)
+    return {
+        "max_rate_rps": lo,
+        "rate_unit": unit(sc),
+        "requests_per_s": requests_per_s(best["metrics"], at),
+        **per_mtok(best["metrics"], price),
+        "gpu_hour_usd": price,
+        "slo": slo.to_json(),
+        "metrics": best["metrics"],
+        "confirmed_failing": {f"{r:g}": search.seen[r]["reason"] for r in (sig3(lo * f) for f in CONFIRM)},
+        "trials": [{"rate": r, "meets": o["meets"], "reason": o["reason"], "stopped_early": o["stopped_early"]}
+                   for r, o in sorted(search.seen.items())],
+        "clock": "modeled",
+    }

@@ -1,0 +1,87 @@
+"""The planner's answers for a person: what was asked, the answer, why the rest was rejected — in 80 columns."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from simulator.planning.slo import reason_kind
+
+SHOWN_REJECTED = 12  # rejected candidates listed one by one (all are in the JSON)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
+
+
+def _usd(v: float | None) -> str:
+    return "-" if v is None else f"${v:,.2f}"
+
+
+def _slo(s: dict[str, Any]) -> str:
+    text = f"p95 TTFT <= {s['ttft_p95_ms']:,g} ms, p95 TPOT <= {s['tpot_p95_ms']:,g} ms"
+    return text + (f", >= {s['attainment']:.1%} of requests within both" if s.get("attainment") else "")
+
+
+def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
+    m = r["metrics"]
+    console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']} "
+                  f"({r['requests_per_s']:,.2f} requests/s)")
+    console.print(f"  within {_slo(r['slo'])}")
+    console.print(f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
+                  f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")
+    console.print(f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
+                  f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
+                  f"{m['output_tokens_per_s_per_gpu']:,.1f} output tok/s per GPU")
+    for rate, reason in r["confirmed_failing"].items():
+        console.print(f"  at {rate}: {reason or 'meets the SLO'}")
+    stopped = sum(t["stopped_early"] for t in r["trials"])
+    console.print(f"  {len(r['trials'])} trials ({stopped} stopped early); figures MODELED")
+
+
+def print_plan(console: Console, p: dict[str, Any]) -> None:
+    q = p["question"]
+    goal = "fewest GPUs" if q["objective"] == "gpus" else "lowest cost per million tokens"
+    console.print(f"[bold]{q['scenario']}[/bold] at {q['rate']:g} {q['rate_unit']}: {goal} within {_slo(q['slo'])}")
+    w = p["winner"]
+    if w is None:
+        console.print("[red]no candidate meets the SLO[/red]")
+    else:
+        m = w["metrics"]
+        console.print(f"[bold green]winner[/bold green]: {w['label']}")
+        console.print(f"  {w['gpus']} GPUs, {_usd(w['cost_per_mtok_usd'])} per million {w['cost_basis']}, TTFT p95 "
+                      f"{_ms(m['ttft_ms']['p95'])} ms, TPOT p95 {_ms(m['tpot_ms']['p95'])} ms")
+    if p["runners_up"]:
+        t = Table("runner-up", "GPUs", "$/Mtok", "TTFT p95 ms", "TPOT p95 ms", title=None)
+        for e in p["runners_up"]:
+            t.add_row(e["label"], str(e["gpus"]), _usd(e["cost_per_mtok_usd"]), _ms(e["metrics"]["ttft_ms"]["p95"]),
+                      _ms(e["metrics"]["tpot_ms"]["p95"]))
+        console.print(t)
+    kinds = Counter(reason_kind(r["reason"]) for r in p["rejected"])
+    if kinds:
+        console.print("rejected: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
+        shown = sorted(p["rejected"], key=lambda r: (r["pruned"], -r["gpus"]))[:SHOWN_REJECTED]
+        for r in shown:
+            how = "pruned" if r["pruned"] else "simulated"
+            console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
+        if len(p["rejected"]) > len(shown):
+            console.print(f"  … {len(p['rejected']) - len(shown)} more in --json")
+    console.print(f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
+                  f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
+                  f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up); figures MODELED")
+
+
+def print_repeats(console: Console, r: dict[str, Any]) -> None:
+    console.print(f"[bold]{r['scenario']}[/bold]: {r['repeats']} repeats over seeds {r['seeds'][0]}.."
+                  f"{r['seeds'][-1]}; varied: {r['varied']}")
+    t = Table("metric", "mean", "95% CI", "min..max")
+    for name, v in r["metrics"].items():
+        ci = "-" if v["ci95"] is None else f"{v['ci95'][0]:,.2f} .. {v['ci95'][1]:,.2f}"
+        t.add_row(f"{name} ({v['unit']})", f"{v['mean']:,.2f}", ci, f"{v['min']:,.2f} .. {v['max']:,.2f}")
+    console.print(t)
+    s = r["slo_met"]
+    console.print(f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
+                  f"(95% CI {s['ci95'][0]:.0%}-{s['ci95'][1]:.0%}); figures MODELED")

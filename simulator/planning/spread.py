@@ -1,0 +1,58 @@
+"""The profile's measured spread as a source of error bars: each op's time drawn within its p10–p90.
+
+A measured profile records, per kernel shape, the median and the 10th and 90th percentile of its timings.
+One draw replaces every median by a time drawn uniformly between that shape's p10 and p90 (the same draw
+for the whole run: the uncertainty of a profile is systematic, not step-to-step noise). The roofline has
+no spread (median = p10 = p90), so its draws equal the median.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.config.scenario import Scenario
+from simulator.pricing.profile import Profile
+
+SPREAD_STREAM = 0x5350  # the draw's own random stream, apart from traffic and faults
+
+
+def profile_path(sc: Scenario, base_dir: Path | None) -> Path | None:
+    """The profile file a scenario names (as `Profile.for_scenario` finds it), or None for the roofline."""
+    if sc.profile == "roofline":
+        return None
+    path = Path(sc.profile)
+    if not path.is_absolute() and base_dir is not None and (base_dir / path).is_file():
+        path = base_dir / path
+    return path
+
+
+def has_spread(sc: Scenario, base_dir: Path | None) -> bool:
+    """True when the scenario's profile records a p10 below or a p90 above some median."""
+    path = profile_path(sc, base_dir)
+    if path is None:
+        return False
+    Profile.load(path)  # validates, with the usual one-line errors
+    data = json.loads(path.read_text())
+    return any(e.get("p10_us", e["median_us"]) != e["median_us"] or e.get("p90_us", e["median_us"]) != e["median_us"]
+               for entries in data["kernels"].values() for e in entries)
+
+
+def drawn_profile(sc: Scenario, base_dir: Path | None, draw: int) -> Profile | None:
+    """The scenario's profile with every time drawn in its p10–p90 (draw `draw`); None for the roofline."""
+    path = profile_path(sc, base_dir)
+    if path is None:
+        return None
+    base = Profile.load(path)
+    data: dict[str, Any] = json.loads(path.read_text())
+    rng = np.random.default_rng([sc.seed, SPREAD_STREAM, draw])
+    kernels = {}
+    for family, entries in data["kernels"].items():
+        lo = np.array([e.get("p10_us", e["median_us"]) for e in entries], dtype=float)
+        hi = np.array([e.get("p90_us", e["median_us"]) for e in entries], dtype=float)
+        us = lo + (np.maximum(hi, lo) - lo) * rng.random(len(entries))
+        kernels[family] = [(e["shape"], float(u)) for e, u in zip(entries, us, strict=True)]
+    return Profile(base.device, base.source, kernels, base.file, base.date)

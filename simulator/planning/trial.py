@@ -1,0 +1,143 @@
+"""One trial: a candidate scenario simulated against the SLO, stopped as soon as the SLO is certainly missed.
+
+A run that already has more requests over a limit than the p95 of every request it can still complete
+allows is stopped there: its verdict is the one the whole run would reach, at a fraction of the cost. That
+is what makes a bisection on the rate, or a search over configurations, affordable — most candidates fail.
+The outcome is plain JSON-ready data, so a trial can run in another process or on a Ray worker.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from simulator.config.scenario import Scenario
+from simulator.errors import InputError
+from simulator.modeled.engine import Record, Simulation
+from simulator.planning.slo import CANNOT_SUSTAIN, DOES_NOT_FIT, MISSES_ATTAINMENT, MISSES_TPOT, MISSES_TTFT, SLO
+from simulator.planning.spread import drawn_profile
+from simulator.results.metrics import build_metrics
+
+CHECKS = 40  # how often (per run) the watch counts the requests over a limit
+ROUNDING = 1e-4  # ms: a Result rounds percentiles to 4 decimals; a stop needs a value clearly over the limit
+GROWTH = 3.0  # TTFT of the last quarter of arrivals this many times the first quarter's: the queue builds up
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What a worker needs: the scenario, its folder (for trace files), the SLO (None: run to the end and judge
+    nothing) and, for a repeat, which draw of the profile's p10–p90 spread to price steps with."""
+
+    scenario: Scenario
+    base_dir: Path | None = None
+    slo: SLO | None = None
+    profile_draw: int | None = None
+
+
+class _Missed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Watch:
+    """Called as requests finish; raises `_Missed` once the run cannot meet the SLO however it ends.
+
+    With at most `most` requests completing, p95 (numpy's linear interpolation) exceeds a limit as soon as
+    `most - floor(0.95 (most - 1))` of them do: the value at that rank is then over the limit for any final
+    count up to `most`, since the rank needed only grows with the count.
+    """
+
+    def __init__(self, slo: SLO, most: int, records: dict[int, Record]) -> None:
+        self.slo, self.most, self.records = slo, most, records
+        self.every = max(1, most // CHECKS)
+        self.over_p95 = most - math.floor(0.95 * (most - 1))
+
+    def __call__(self, done: int) -> None:
+        if done % self.every == 0:
+            self.check(done)
+
+    def check(self, done: int) -> None:
+        slo = self.slo
+        ttft_lim, tpot_lim = slo.ttft_p95_ms + ROUNDING, slo.tpot_p95_ms + ROUNDING
+        over_ttft = over_tpot = failed = 0
+        for r in self.records.values():
+            if r.status == "pending":
+                continue
+            if r.status != "completed":
+                failed += 1
+                continue
+            ttft = (r.first_token - r.arrival) * 1e3
+            tpot = (r.finish - r.first_token) * 1e3 / (r.output - 1) if r.output > 1 else 0.0
+            over_ttft += ttft > ttft_lim
+            over_tpot += tpot > tpot_lim
+            failed += ttft > slo.ttft_p95_ms or tpot > slo.tpot_p95_ms
+        tail = f"of at most {self.most:,} requests (stopped early after {done:,})"
+        if over_ttft >= self.over_p95:
+            raise _Missed(f"{MISSES_TTFT}: {over_ttft:,} {tail} took over {slo.ttft_p95_ms:,g} ms to the first token")
+        if over_tpot >= self.over_p95:
+            raise _Missed(f"{MISSES_TPOT}: {over_tpot:,} {tail} ran over {slo.tpot_p95_ms:,g} ms per output token")
+        if slo.attainment is not None and (self.most - failed) / self.most < slo.attainment - ROUNDING:
+            raise _Missed(f"{MISSES_ATTAINMENT}: {failed:,} {tail} missed a limit, more than "
+                          f"{1 - slo.attainment:.1%} allow")
+
+
+def most_requests(sim: Simulation) -> int | None:
+    """An upper bound on the requests a run issues (so on those it completes), or None when only time bounds it."""
+    src, t = sim.source, sim.sc.traffic
+    if src.total_expected is not None:
+        return src.total_expected
+    if t.rate is not None:  # conversations known up front; each issues at most `turns` requests
+        n = len(src.initial()) * t.sessions.turns
+        return min(n, t.requests) if t.requests is not None else n
+    return t.requests
+
+
+def backlog(records: dict[int, Record], ttft_limit_ms: float) -> str | None:
+    """`cannot sustain the rate` when TTFT climbs over the run: arrivals outpace service and the queue grows."""
+    done = sorted((r.arrival, r.first_token - r.arrival) for r in records.values() if r.status == "completed")
+    q = len(done) // 4
+    if q < 8:
+        return None
+    first = median(t for _, t in done[:q]) * 1e3
+    last = median(t for _, t in done[-q:]) * 1e3
+    if last > ttft_limit_ms and last > GROWTH * first:
+        return (f"{CANNOT_SUSTAIN}: median TTFT grows from {first:,.0f} ms (first quarter of arrivals) to "
+                f"{last:,.0f} ms (last quarter): the queue builds up")
+    return None
+
+
+def compact(metrics: dict[str, Any]) -> dict[str, Any]:
+    """A Result's metrics without the occupancy time series (planning reports many runs side by side)."""
+    out = dict(metrics)
+    out["kv_occupancy"] = {k: v for k, v in metrics["kv_occupancy"].items() if k != "series"}
+    return out
+
+
+def run_trial(trial: Trial) -> dict[str, Any]:
+    """`{"meets", "reason", "stopped_early", "metrics"}`; a candidate that does not fit has no metrics."""
+    sc, slo = trial.scenario, trial.slo
+    profile = drawn_profile(sc, trial.base_dir, trial.profile_draw) if trial.profile_draw is not None else None
+    try:
+        sim = Simulation(sc, base_dir=trial.base_dir, profile=profile)
+    except InputError as e:
+        return {"meets": False, "reason": f"{DOES_NOT_FIT}: {e}", "stopped_early": False, "metrics": None}
+    most = most_requests(sim) if slo is not None else None
+    if slo is not None and most:
+        sim.on_progress = _Watch(slo, most, sim.records)
+    reason, stopped = None, False
+    try:
+        sim.run()
+    except _Missed as e:
+        reason, stopped = e.reason, True
+    metrics = compact(build_metrics(sim))
+    if slo is None:
+        return {"meets": None, "reason": None, "stopped_early": False, "metrics": metrics}
+    if not stopped:
+        reason = slo.verdict(metrics)
+    if reason is not None and reason.startswith((MISSES_TTFT, CANNOT_SUSTAIN)):
+        reason = backlog(sim.records, slo.ttft_p95_ms) or reason
+    return {"meets": reason is None, "reason": reason, "stopped_early": stopped, "metrics": metrics}
