@@ -108,7 +108,7 @@ def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | No
     return {
         "max_rate_rps": lo,
         "rate_unit": unit(sc),
-        "requests_per_s": requests_per_s(best["metrics"], at),
+        "requests_per_s": requests_per_s(lo, best["metrics"], at),
         **per_mtok(best["metrics"], price),
         "gpu_hour_usd": price,
         "slo": slo.to_json(),

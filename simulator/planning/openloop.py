@@ -32,7 +32,10 @@ def unit(sc: Scenario) -> str:
     return "requests/s" if turns == 1 else f"conversations/s ({turns} turns each)"
 
 
-def requests_per_s(metrics: dict[str, Any], sc: Scenario) -> float:
-    """Requests issued per second of the arrival window (the run's span when only a count bounds it)."""
+def requests_per_s(rate: float, metrics: dict[str, Any], sc: Scenario) -> float:
+    """Requests per second at `rate`: the rate itself for single requests; for sessions, the requests issued per
+    second of the arrival window (of the run's span when only a count bounds it)."""
+    if sc.traffic.sessions.turns == 1:
+        return rate
     window = sc.traffic.duration_s or metrics["duration_s"]
     return round(metrics["requests"] / window, 4) if window else 0.0

@@ -28,8 +28,8 @@ def _slo(s: dict[str, Any]) -> str:
 
 def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     m = r["metrics"]
-    console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']} "
-                  f"({r['requests_per_s']:,.2f} requests/s)")
+    per_request = "" if r["rate_unit"] == "requests/s" else f" ({r['requests_per_s']:,.2f} requests/s)"
+    console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']}{per_request}")
     console.print(f"  within {_slo(r['slo'])}")
     console.print(f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
                   f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")

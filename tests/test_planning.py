@@ -1,0 +1,104 @@
+"""The planner answers its question, and the answers hold when the chosen configuration is simulated on its own.
+
+Traffic is shortened with overrides so that each test runs a handful of short simulations.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.config import loader
+from simulator.errors import InputError
+from simulator.planning import space as spaces
+from simulator.planning.backends import Backend
+from simulator.planning.maxrate import max_rate, sig3
+from simulator.planning.search import plan
+from simulator.planning.slo import SLO
+from simulator.planning.trial import Trial, run_trial
+from simulator.results.result import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+KIMI = ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml"
+SHORT = ("traffic.requests=64",)
+LIMITS = "ttft_p95_ms=3000,tpot_p95_ms=20"
+
+
+def _meets(sets: tuple[str, ...], slo: SLO) -> bool:
+    """A plain run of the scenario (no planner code in the way) against the p95 limits."""
+    sc, _ = loader.load(KIMI, sets)
+    m = simulate(sc, KIMI.parent)[0]["metrics"]
+    return m["ttft_ms"]["p95"] <= slo.ttft_p95_ms and m["tpot_ms"]["p95"] <= slo.tpot_p95_ms and not m["rejected"]
+
+
+def test_plan_finds_the_fewest_decode_instances_and_one_fewer_misses() -> None:
+    sc, raw = loader.load(KIMI, SHORT)
+    slo = SLO.parse(LIMITS, sc)
+    with Backend("local", 1) as b:
+        res = plan(raw, sc, str(KIMI), KIMI.parent, rate=1.0, slo=slo,
+                   space=spaces.parse(["deployment.decode.instances=1..4"]), objective="gpus", runners_up=1,
+                   backend=b)
+    w = res["winner"]
+    d = w["overrides"]["deployment.decode.instances"]
+    assert d > 1, "the test needs a rate that one decode instance cannot hold"
+    assert w["gpus"] == 8 * (2 + d)
+    assert all(r["reason"] for r in res["rejected"])
+    assert {r["overrides"]["deployment.decode.instances"] for r in res["rejected"]} == set(range(1, d))
+    assert res["simulated"] + res["pruned"] + res["not_simulated"] == res["candidates"] == 4
+    open_loop = (*SHORT, "traffic.concurrency=null", "traffic.rate=1.0")
+    assert _meets((*open_loop, f"deployment.decode.instances={d}"), slo)
+    assert not _meets((*open_loop, f"deployment.decode.instances={d - 1}"), slo)
+
+
+def test_max_rate_passes_and_ten_percent_more_fails() -> None:
+    sc, raw = loader.load(KIMI, SHORT)
+    slo = SLO.parse("ttft_p95_ms=3000,tpot_p95_ms=25", sc)
+    with Backend("local", 1) as b:
+        res = max_rate(raw, sc, str(KIMI), KIMI.parent, slo, b, start=1.0)
+    r = res["max_rate_rps"]
+    assert r == sig3(r) and res["cost_basis"] == "output tokens" and res["cost_per_mtok_usd"] > 0
+    open_loop = (*SHORT, "traffic.concurrency=null")
+    assert _meets((*open_loop, f"traffic.rate={r}"), slo)
+    assert not _meets((*open_loop, f"traffic.rate={sig3(r * 1.1)}"), slo)
+
+
+def test_a_trial_stopped_early_reaches_the_full_runs_verdict() -> None:
+    sets = (*SHORT, "traffic.concurrency=null", "traffic.rate=3", "deployment.decode.instances=1")
+    sc, _ = loader.load(KIMI, sets)
+    slo = SLO.parse(LIMITS, sc)
+    out = run_trial(Trial(sc, KIMI.parent, slo))
+    assert out["stopped_early"] and out["meets"] is False
+    assert out["metrics"]["completed"] < 64
+    full = run_trial(Trial(sc, KIMI.parent, None))["metrics"]
+    assert full["completed"] == 64 and not slo.meets(full)
+
+
+@pytest.mark.parametrize("text, where", [
+    ("ttft_p95=1", "--slo 'ttft_p95=1'"), ("tpot_p95_ms=x", "--slo tpot_p95_ms"), ("attainment=2", "--slo attainment"),
+])
+def test_bad_slo_is_one_line_naming_it(text: str, where: str) -> None:
+    sc, _ = loader.load(KIMI, SHORT)
+    with pytest.raises(InputError, match=where.replace("'", ".")):
+        SLO.parse(text, sc)
+
+
+def test_search_space_parsing() -> None:
+    assert spaces.parse(["a.b=1..3", "c=fp8_e4m3,bf16"]) == {"a.b": [1, 2, 3], "c": ["fp8_e4m3", "bf16"]}
+    for bad in ("a.b", "a=3..1", "a=x..2"):
+        with pytest.raises(InputError, match="--search"):
+            spaces.parse([bad])
+
+
+def test_plan_prunes_what_does_not_fit_before_simulating() -> None:
+    sc, raw = loader.load(KIMI, SHORT)
+    slo = SLO.parse(LIMITS, sc)
+    with Backend("local", 1) as b:
+        res = plan(raw, sc, str(KIMI), KIMI.parent, rate=0.2, slo=slo,
+                   space=spaces.parse(["deployment.decode.weights=bf16,int4", "deployment.decode.tp=4,8"]),
+                   objective="gpus", runners_up=0, backend=b)
+    assert res["winner"]["overrides"] == {"deployment.decode.weights": "int4", "deployment.decode.tp": 8}
+    fits = [r for r in res["rejected"] if r["reason"].startswith("does not fit")]
+    assert len(fits) == 3 and all(r["pruned"] for r in fits)
+    assert json.dumps(res, allow_nan=False)
