@@ -10,7 +10,8 @@ from rich.table import Table
 
 from simulator.planning.slo import reason_kind
 
-SHOWN_REJECTED = 12  # rejected candidates listed one by one (all are in the JSON)
+SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
+WIDTH = 80
 
 
 def _ms(v: float | None) -> str:
@@ -27,6 +28,7 @@ def _slo(s: dict[str, Any]) -> str:
 
 
 def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
+    console = _narrow(console)
     m = r["metrics"]
     per_request = "" if r["rate_unit"] == "requests/s" else f" ({r['requests_per_s']:,.2f} requests/s)"
     console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']}{per_request}")
@@ -42,7 +44,13 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     console.print(f"  {len(r['trials'])} trials ({stopped} stopped early); figures MODELED")
 
 
+def _narrow(console: Console) -> Console:
+    """The same output, folded to 80 columns whatever the terminal (or pipe) is."""
+    return Console(file=console.file, width=min(console.width, WIDTH), highlight=False)
+
+
 def print_plan(console: Console, p: dict[str, Any]) -> None:
+    console = _narrow(console)
     q = p["question"]
     goal = "fewest GPUs" if q["objective"] == "gpus" else "lowest cost per million tokens"
     console.print(f"[bold]{q['scenario']}[/bold] at {q['rate']:g} {q['rate_unit']}: {goal} within {_slo(q['slo'])}")
@@ -63,7 +71,8 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     kinds = Counter(reason_kind(r["reason"]) for r in p["rejected"])
     if kinds:
         console.print("rejected: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
-        shown = sorted(p["rejected"], key=lambda r: (r["pruned"], -r["gpus"]))[:SHOWN_REJECTED]
+        target = w["gpus"] if w else 0
+        shown = sorted(p["rejected"], key=lambda r: (r["pruned"], abs(r["gpus"] - target)))[:SHOWN_REJECTED]
         for r in shown:
             how = "pruned" if r["pruned"] else "simulated"
             console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
@@ -75,12 +84,13 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
 
 
 def print_repeats(console: Console, r: dict[str, Any]) -> None:
+    console = _narrow(console)
     console.print(f"[bold]{r['scenario']}[/bold]: {r['repeats']} repeats over seeds {r['seeds'][0]}.."
                   f"{r['seeds'][-1]}; varied: {r['varied']}")
     t = Table("metric", "mean", "95% CI", "min..max")
     for name, v in r["metrics"].items():
         ci = "-" if v["ci95"] is None else f"{v['ci95'][0]:,.2f} .. {v['ci95'][1]:,.2f}"
-        t.add_row(f"{name} ({v['unit']})", f"{v['mean']:,.2f}", ci, f"{v['min']:,.2f} .. {v['max']:,.2f}")
+        t.add_row(name, f"{v['mean']:,.2f}", ci, f"{v['min']:,.2f} .. {v['max']:,.2f}")
     console.print(t)
     s = r["slo_met"]
     console.print(f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
