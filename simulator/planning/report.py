@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from simulator.planning.pareto import point
 from simulator.planning.slo import reason_kind
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
@@ -35,9 +36,10 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     console.print(f"  within {_slo(r['slo'])}")
     console.print(f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
                   f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")
+    tput = point("", m)
     console.print(f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
                   f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
-                  f"{m['output_tokens_per_s_per_gpu']:,.1f} output tok/s per GPU")
+                  f"{tput['tokens_per_s_per_gpu']:,.1f} {tput['token_basis']}/s per GPU")
     for rate, reason in r["confirmed_failing"].items():
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
