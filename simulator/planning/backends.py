@@ -2,9 +2,10 @@
 
 Every task is a pure function of its input and results come back in input order, whatever finished first,
 so a sweep's, search's or repeat's output is byte-identical for every backend and worker count. Local
-workers are spawned (not forked: a progress bar's thread may be running) and load the compiled kernels from
-numba's on-disk cache. Ray is an optional extra: `RAY_ADDRESS` names a cluster (whose nodes need phaseplan
-installed); unset, a local Ray is started with `jobs` CPUs and stopped afterwards.
+workers are forked from a fork server that imported the simulator once (not from this process, where a
+progress bar's thread may be running), and load the compiled kernels from numba's on-disk cache. Ray is
+an optional extra: `RAY_ADDRESS` names a cluster (whose nodes need phaseplan installed); unset, a local Ray
+is started with `jobs` CPUs and stopped afterwards.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from simulator.errors import InputError
 
 KINDS = ("local", "ray")
+PRELOAD = ["simulator.planning.trial", "simulator.planning.sweeps"]  # imported once by the fork server
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -61,7 +63,9 @@ class Backend:
                     on_done(i + 1)
             return out
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(PRELOAD)
+            self._pool = ProcessPoolExecutor(self.jobs, mp_context=ctx)
         futures: dict[Future[R], int] = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
         results: list[Any] = [None] * len(items)
         for n, fut in enumerate(as_completed(futures), 1):
