@@ -138,3 +138,18 @@ def test_plan_json_has_the_promised_keys(monkeypatch: pytest.MonkeyPatch, capsys
     w = doc["winner"]
     assert set(w) >= {"overrides", "gpus", "cost_per_mtok_usd", "metrics"} and w["gpus"] > 0
     assert {"runners_up", "rejected", "pruned", "simulated"} <= set(doc)
+
+
+def test_pareto_frontier_csv_and_chart(tmp_path: Path) -> None:
+    from simulator.planning.pareto import frontier, write
+
+    pts = [{"label": name, "tokens_per_s_per_gpu": tput, "token_basis": "output tokens", "tpot_p95_ms": tpot,
+            "ttft_p95_ms": ttft, "meets_slo": None}
+           for name, tput, tpot, ttft in [("a", 10, 20, 900), ("b", 20, 30, 800), ("c", 15, 35, 700),
+                                          ("d", 5, 40, 600)]]
+    assert [pts[i]["label"] for i in frontier(pts, "tpot_p95_ms")] == ["a", "b"]
+    assert [pts[i]["label"] for i in frontier(pts, "ttft_p95_ms")] == ["d", "c", "b"]
+    csv_path, png_path = write(pts, "t", tmp_path / "x")
+    rows = csv_path.read_text().splitlines()
+    assert rows[0].startswith("label,tokens_per_s_per_gpu") and rows[2].endswith("True,True")
+    assert png_path.read_bytes()[:4] == b"\x89PNG"
