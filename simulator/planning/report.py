@@ -85,14 +85,24 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
                   f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up); figures MODELED")
 
 
+LABELS = {"output_tokens_per_s": "out tok/s", "output_tokens_per_s_per_gpu": "out tok/s/GPU",
+          "input_tokens_per_s": "in tok/s", "kv_occupancy_max_pct": "KV occ max %", "slo_attainment_pct": "SLO %",
+          "cost_per_mtok_usd": "$/Mtok"}
+LABELS.update({f"{k}_{p}_ms": f"{k.upper()} {p} ms" for k in ("ttft", "tpot", "e2e") for p in ("p50", "p95", "p99")})
+
+
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
+
+
 def print_repeats(console: Console, r: dict[str, Any]) -> None:
     console = _narrow(console)
     console.print(f"[bold]{r['scenario']}[/bold]: {r['repeats']} repeats over seeds {r['seeds'][0]}.."
                   f"{r['seeds'][-1]}; varied: {r['varied']}")
-    t = Table("metric", "mean", "95% CI", "min..max")
+    t = Table("metric", "mean", "95% CI", "range")
     for name, v in r["metrics"].items():
-        ci = "-" if v["ci95"] is None else f"{v['ci95'][0]:,.2f} .. {v['ci95'][1]:,.2f}"
-        t.add_row(name, f"{v['mean']:,.2f}", ci, f"{v['min']:,.2f} .. {v['max']:,.2f}")
+        ci = "-" if v["ci95"] is None else f"{_num(v['ci95'][0])} to {_num(v['ci95'][1])}"
+        t.add_row(LABELS.get(name, name), _num(v["mean"]), ci, f"{_num(v['min'])} to {_num(v['max'])}")
     console.print(t)
     s = r["slo_met"]
     console.print(f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
