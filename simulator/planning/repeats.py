@@ -83,6 +83,8 @@ def repeat(sc: Scenario, base_dir: Path | None, n: int, slo: SLO, backend: Backe
     trials = [Trial(sc.model_copy(update={"seed": sc.seed + i}), base_dir, None, i if spread else None)
               for i in range(n)]
     outs = backend.map(run_trial, trials, on_done)
+    if outs[0]["metrics"] is None:  # the deployment does not fit: no repeat can run
+        raise InputError(outs[0]["reason"])
     runs = [o["metrics"] for o in outs]
     price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
     metrics: dict[str, Any] = {}

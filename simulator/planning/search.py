@@ -145,6 +145,6 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
         "stopped_early": sum(1 for c in simulated if c.outcome and c.outcome["stopped_early"]),
         "not_simulated": len(cands) - sum(c.pruned for c in cands) - len(simulated),
         "evaluated": [point(label(c.overrides), c.outcome["metrics"], meets=c.passed)  # type: ignore[index]
-                      for c in simulated if not c.outcome["stopped_early"]],  # type: ignore[index]
+                      for c in simulated if c.outcome["metrics"] and not c.outcome["stopped_early"]],  # type: ignore[index]
         "clock": "modeled",
     }

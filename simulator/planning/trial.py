@@ -124,7 +124,8 @@ def run_trial(trial: Trial) -> dict[str, Any]:
     try:
         sim = Simulation(sc, base_dir=trial.base_dir, profile=profile)
     except InputError as e:
-        return {"meets": False, "reason": f"{DOES_NOT_FIT}: {e}", "stopped_early": False, "metrics": None}
+        why = str(e).replace(f"{DOES_NOT_FIT}: ", "")
+        return {"meets": False, "reason": f"{DOES_NOT_FIT}: {why}", "stopped_early": False, "metrics": None}
     most = most_requests(sim) if slo is not None else None
     if slo is not None and most:
         sim.on_progress = _Watch(slo, most, sim.records)
