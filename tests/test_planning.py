@@ -153,3 +153,16 @@ def test_pareto_frontier_csv_and_chart(tmp_path: Path) -> None:
     rows = csv_path.read_text().splitlines()
     assert rows[0].startswith("label,tokens_per_s_per_gpu") and rows[2].endswith("True,True")
     assert png_path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cost_objective_on_a_colocated_study() -> None:
+    path = ROOT / "scenarios" / "kimi-k2.6-decode.yaml"
+    sc, raw = loader.load(path, ["traffic.requests=24"])
+    slo = SLO.parse("ttft_p95_ms=5000,tpot_p95_ms=30", sc)
+    with Backend("local", 1) as b:
+        res = plan(raw, sc, str(path), path.parent, rate=0.5, slo=slo,
+                   space=spaces.parse(["deployment.decode.instances=1,2", "deployment.decode.kv_cache=bf16,fp8_e4m3"]),
+                   objective="cost", runners_up=1, backend=b)
+    w, r = res["winner"], res["runners_up"][0]
+    assert w["overrides"]["deployment.decode.instances"] == 1
+    assert w["cost_per_mtok_usd"] <= r["cost_per_mtok_usd"]
