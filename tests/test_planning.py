@@ -120,7 +120,7 @@ def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *a
 @pytest.mark.parametrize("args, says", [
     (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances"), "--search"),
     (("max-rate", str(KIMI), "--slo", "tpot_p95_ms=0"), "--slo tpot_p95_ms"),
-    (("max-rate", str(ROOT / "scenarios" / "mooncake-conversation.yaml")), "traffic.trace"),
+    (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances=3..1"), "empty range"),
 ])
 def test_planner_bad_input_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                    args: tuple[str, ...], says: str) -> None:
@@ -166,3 +166,13 @@ def test_cost_objective_on_a_colocated_study() -> None:
     w, r = res["winner"], res["runners_up"][0]
     assert w["overrides"]["deployment.decode.instances"] == 1
     assert w["cost_per_mtok_usd"] <= r["cost_per_mtok_usd"]
+
+
+def test_a_traces_rate_is_turned_by_its_speed_up() -> None:
+    from simulator.planning.openloop import current_rate, rate_overrides, trace_rate
+
+    path = ROOT / "scenarios" / "mooncake-conversation.yaml"
+    sc, _ = loader.load(path, ["traffic.requests=200", "traffic.trace_speedup=2"])
+    native = trace_rate(sc, path.parent)
+    assert current_rate(sc, path.parent) == pytest.approx(2 * native)
+    assert rate_overrides(sc, 3 * native, path.parent) == {"traffic.trace_speedup": pytest.approx(3.0)}

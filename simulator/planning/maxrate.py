@@ -20,7 +20,7 @@ from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.planning.backends import Backend
-from simulator.planning.openloop import rate_overrides, requests_per_s, unit
+from simulator.planning.openloop import current_rate, rate_overrides, requests_per_s, unit
 from simulator.planning.slo import SLO
 from simulator.planning.trial import Trial, run_trial
 from simulator.results.cost import per_mtok
@@ -43,7 +43,7 @@ class _Search:
         self.seen: dict[float, dict[str, Any]] = {}
 
     def scenario(self, rate: float) -> Scenario:
-        over = {**rate_overrides(self.sc, rate), **self.slo.overrides()}
+        over = {**rate_overrides(self.sc, rate, self.base_dir), **self.slo.overrides()}
         return loader.validate(loader.apply_overrides(self.raw, over), self.source)
 
     def run(self, rates: list[float]) -> list[dict[str, Any]]:
@@ -94,7 +94,7 @@ def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | No
     """The answer as JSON-ready data: rate, cost there, the metrics of the run at that rate, and the trials."""
     raw = {k: v for k, v in raw.items() if k != "sweep"}
     search = _Search(raw, sc, source, base_dir, slo, backend, on_trial)
-    lo, hi = search.bracket(start or sc.traffic.rate or 1.0)
+    lo, hi = search.bracket(start or current_rate(sc, base_dir) or 1.0)
     for _ in range(MAX_ROUNDS):
         lo, hi = search.bisect(lo, hi)
         probes = [sig3(lo * f) for f in CONFIRM]
@@ -108,6 +108,7 @@ def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | No
     return {
         "max_rate_rps": lo,
         "rate_unit": unit(sc),
+        "overrides": rate_overrides(sc, lo, base_dir),
         "requests_per_s": requests_per_s(lo, best["metrics"], at),
         **per_mtok(best["metrics"], price),
         "gpu_hour_usd": price,

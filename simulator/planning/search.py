@@ -87,7 +87,7 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
     if objective not in OBJECTIVES:
         raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
     raw = {k: v for k, v in raw.items() if k != "sweep"}
-    base = {**rate_overrides(sc, rate), **slo.overrides()}
+    base = {**rate_overrides(sc, rate, base_dir), **slo.overrides()}
     bounds = Bounds(slo)
     cands: list[Candidate] = []
     for i, overrides in enumerate(candidates(space)):
