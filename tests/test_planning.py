@@ -176,3 +176,17 @@ def test_a_traces_rate_is_turned_by_its_speed_up() -> None:
     native = trace_rate(sc, path.parent)
     assert current_rate(sc, path.parent) == pytest.approx(2 * native)
     assert rate_overrides(sc, 3 * native, path.parent) == {"traffic.trace_speedup": pytest.approx(3.0)}
+
+
+def test_slo_verdicts_name_what_failed_first() -> None:
+    sc, _ = loader.load(KIMI, SHORT)
+    slo = SLO.parse("ttft_p95_ms=1000,tpot_p95_ms=20,attainment=0.99", sc)
+    ok = {"rejected": 0, "unfinished": 0, "aborted": 0, "requests": 100, "ttft_ms": {"p95": 900.0},
+          "tpot_ms": {"p95": 19.0}, "slo_attainment": 0.995}
+    assert slo.verdict(ok) is None
+    cases = [({"rejected": 2}, "does not fit"), ({"unfinished": 3}, "cannot sustain the rate"),
+             ({"ttft_ms": {"p95": 1200.0}}, "misses TTFT"), ({"tpot_ms": {"p95": 25.0}}, "misses TPOT"),
+             ({"slo_attainment": 0.98}, "misses attainment")]
+    for change, reason in cases:
+        assert slo.verdict({**ok, **change}).startswith(reason)
+    assert slo.overrides() == {"slo.ttft_ms": 1000.0, "slo.tpot_ms": 20.0}
