@@ -84,7 +84,7 @@ class Bounds:
         colocated = "prefill" not in pools
         decode = pools["decode"]
         ctx = load.prompt_tokens + load.output_tokens / 2
-        cost = self._cost(sc, decode)
+        cost = self._cost(sc, decode, base_dir)
         kv_tokens = pool_capacity(sc.model, sc.hardware, decode).kv_tokens
         b_max = max(1, min(decode.max_running, int(kv_tokens // ctx)))
 
@@ -94,7 +94,7 @@ class Bounds:
         tps_out = b_max / step(b_max)  # per decode instance
         want_out = load.requests_per_s * load.output_tokens
         prefill_pool = decode if colocated else pools["prefill"]
-        tps_in = self._prefill_tps(sc, prefill_pool, load)
+        tps_in = self._prefill_tps(sc, prefill_pool, load, base_dir)
         want_in = load.requests_per_s * load.new_tokens
         if colocated:
             busy = want_in / tps_in + want_out / tps_out  # instance-seconds of work per second
@@ -125,16 +125,16 @@ class Bounds:
                     f"{need_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms (analytic bound)")
         return None
 
-    def _cost(self, sc: Scenario, pool: Pool) -> CostModel:
+    def _cost(self, sc: Scenario, pool: Pool, base_dir: Path | None) -> CostModel:
         key = f"{sc.model.name}|{sc.hardware.name}|{sc.profile}|{sc.integrity.enabled}|{pool.model_dump_json()}"
         if key not in self._costs:
-            profile = Profile.for_scenario(sc)
+            profile = Profile.for_scenario(sc, base_dir)
             self._costs[key] = CostModel(sc.model, sc.hardware, pool, profile, sc.integrity.enabled)
         return self._costs[key]
 
-    def _prefill_tps(self, sc: Scenario, pool: Pool, load: Offered) -> float:
+    def _prefill_tps(self, sc: Scenario, pool: Pool, load: Offered, base_dir: Path | None) -> float:
         """Prompt tokens per second of one instance filling its batch with mean-length prompts."""
         budget = min(pool.chunk_size, pool.max_batch_tokens)
         length = max(1, min(budget, round(load.new_tokens)))
         k = max(1, budget // length)
-        return k * length / self._cost(sc, pool).step_s(0, 0, 0, [(length, 0)] * k)
+        return k * length / self._cost(sc, pool, base_dir).step_s(0, 0, 0, [(length, 0)] * k)

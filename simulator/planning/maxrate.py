@@ -23,6 +23,7 @@ from simulator.planning.backends import Backend
 from simulator.planning.openloop import current_rate, rate_overrides, requests_per_s, unit
 from simulator.planning.slo import SLO
 from simulator.planning.trial import Trial, run_trial
+from simulator.pricing.profile import Profile
 from simulator.results.cost import per_mtok
 
 REL_TOL = 0.02  # bisection stops when the failing rate is within 2% of the passing one
@@ -118,4 +119,5 @@ def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | No
         "trials": [{"rate": r, "meets": o["meets"], "reason": o["reason"], "stopped_early": o["stopped_early"]}
                    for r, o in sorted(search.seen.items())],
         "clock": "modeled",
+        "provenance": Profile.for_scenario(sc, base_dir).provenance(),
     }

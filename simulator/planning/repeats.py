@@ -23,6 +23,7 @@ from simulator.planning.backends import Backend
 from simulator.planning.slo import SLO
 from simulator.planning.spread import has_spread
 from simulator.planning.trial import Trial, run_trial
+from simulator.pricing.profile import Profile
 from simulator.results.cost import per_mtok
 
 Z95 = 1.959963984540054
@@ -108,4 +109,5 @@ def repeat(sc: Scenario, base_dir: Path | None, n: int, slo: SLO, backend: Backe
         "metrics": metrics,
         "slo_met": {"runs": k, "of": n, "probability": round(k / n, 4), "ci95": wilson(k, n)},
         "clock": "modeled",
+        "provenance": Profile.for_scenario(sc, base_dir).provenance(),
     }

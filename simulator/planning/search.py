@@ -28,6 +28,7 @@ from simulator.planning.pareto import point
 from simulator.planning.slo import MISSES_TPOT, SLO
 from simulator.planning.space import candidates, label
 from simulator.planning.trial import Trial, run_trial
+from simulator.pricing.profile import Profile
 from simulator.results.cost import per_mtok
 
 OBJECTIVES = ("gpus", "cost")
@@ -147,4 +148,5 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
         "evaluated": [point(label(c.overrides), c.outcome["metrics"], meets=c.passed)  # type: ignore[index]
                       for c in simulated if c.outcome["metrics"] and not c.outcome["stopped_early"]],  # type: ignore[index]
         "clock": "modeled",
+        "provenance": Profile.for_scenario(sc, base_dir).provenance(),
     }
