@@ -41,7 +41,7 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     console.print(f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
                   f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
                   f"{tput['tokens_per_s_per_gpu']:,.1f} {tput['token_basis']}/s per GPU")
-    for rate, reason in r["confirmed_failing"].items():
+    for rate, reason in r["above"].items():
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
     console.print(f"  {len(r['trials'])} trials ({stopped} stopped early)")
