@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from simulator.config.scenario import Scenario
     from simulator.planning.backends import Backend
 
-__all__ = ["bar", "register", "run_repeats", "write_pareto"]
 Dump = Callable[..., str]
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
