@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: this exact version is the CPU build on local disk; anything looser pulls CUDA.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[kernels,app,dev,ray]'
+	$(PIP) install -q -e '.[kernels,app,dev,ray,calibration]'
 	touch $(STAMP)
 
 setup: $(STAMP)

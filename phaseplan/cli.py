@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from phaseplan import planner
+from phaseplan.calibration import profile_fit, profile_import
 from simulator.config import loader
 from simulator.errors import InputError
 from simulator.results import report
@@ -138,16 +139,23 @@ def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_ki
         report.print_sweep(console, sc, results, csv_path)
 
 
-@cli.command()
-@click.option("--device", type=click.Choice(["cuda", "cpu", "roofline"]), required=True,
+@cli.group(invoke_without_command=True)
+@click.option("--device", type=click.Choice(["cuda", "cpu", "roofline"]),
               help="cuda: Triton kernels on a GPU; cpu: torch reference ops; roofline: the modeled profile.")
 @click.option("--hardware", default="h200", show_default=True, help="Hardware preset (roofline only).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Profile JSON to write.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Profile JSON to write.")
 @click.option("--quick", is_flag=True, help="Fewer shapes (for smoke tests).")
 @click.option("--scenario", "only", type=click.Path(dir_okay=False, path_type=Path),
               help="Measure exactly this scenario's op shapes, every sweep point (cpu/cuda; `make profile-cpu`).")
-def profile(device: str, hardware: str, out: Path, quick: bool, only: Path | None) -> None:
-    """Measure (or model) every kernel shape the bundled scenarios' op lists produce."""
+@click.pass_context
+def profile(ctx: click.Context, device: str | None, hardware: str, out: Path | None, quick: bool,
+            only: Path | None) -> None:
+    """Measure (or model) every kernel shape the bundled scenarios' op lists produce (`profile import` converts
+    a third party's measured tables instead)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if device is None or out is None:
+        raise click.UsageError("profile needs --device and --out (or a subcommand: profile import ...)")
     if only is not None:
         from kernels.scenario_profile import write_scenario_profile
 
@@ -159,6 +167,10 @@ def profile(device: str, hardware: str, out: Path, quick: bool, only: Path | Non
 
     path = write_profile(device, hardware, out, quick=quick)
     console.print(f"wrote {path}")
+
+
+profile.add_command(profile_import)
+profile.add_command(profile_fit)
 
 
 device_option = click.option("--device", type=click.Choice(["cuda", "cpu"]), required=True,

@@ -28,6 +28,7 @@ from rich.table import Table
 from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
+from simulator.errors import InputError
 
 GIB = 1024**3
 BF16_BYTES = 2.0
@@ -77,6 +78,7 @@ class PoolCapacity:
     reason: str
     instances: int
     gpus: int
+    weights_scheme: str  # what the weights hold, in words
     # DP attention / wide EP (simulator/config/parallel.py): what one rank holds; None when the pool uses neither,
     # and then left out of the JSON (`capacity_dict`).
     per_rank: dict[str, Any] | None = None
@@ -192,11 +194,27 @@ def active_params(model: ModelSpec) -> int:
     return total - routed + routed * model.moe.top_k // model.moe.routed_experts
 
 
-def format_rule(model: ModelSpec, fmt: WeightFormat) -> FormatRule:
-    """The preset's rule for a format, else the default; BF16 quantizes nothing."""
+def format_rule(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None) -> FormatRule:
+    """The preset's rule for a format (or the named alternative `scheme`), else the default; BF16 quantizes
+    nothing."""
     if fmt == "bf16":
-        return FormatRule(components=[])
+        return FormatRule(components=[], scheme="bf16: nothing quantized")
+    if scheme is not None:
+        if scheme not in model.schemes:
+            known = ", ".join(model.schemes) or "none"
+            raise InputError(f"weights_scheme: model {model.name} has no scheme {scheme!r} (known: {known})")
+        return model.schemes[scheme]
     return model.formats.get(fmt, DEFAULT_FORMATS[fmt])
+
+
+def scheme_label(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None) -> str:
+    """How a pool's weights are quantized, in words: the rule's own description, else what it covers."""
+    rule = format_rule(model, fmt, scheme)
+    named = f"{scheme}: " if scheme else ""
+    if rule.scheme:
+        return named + rule.scheme
+    group = f" (group {rule.group_size or DEFAULT_INT4_GROUP})" if fmt in formats.GROUPED else ""
+    return f"{named}{fmt}{group}: {', '.join(rule.components)}; rest bf16"
 
 
 def bytes_per_weight(fmt: WeightFormat, group_size: int | None = None) -> float:
@@ -205,9 +223,10 @@ def bytes_per_weight(fmt: WeightFormat, group_size: int | None = None) -> float:
     return formats.bytes_per_weight(fmt, group_size)
 
 
-def _part_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None) -> list[tuple[Part, float]]:
+def _part_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None,
+                scheme: str | None = None) -> list[tuple[Part, float]]:
     """Each part with its total bytes: covered matrices in the format, everything else BF16."""
-    rule = format_rule(model, fmt)
+    rule = format_rule(model, fmt, scheme)
     group = group_size or rule.group_size
     per_weight = bytes_per_weight(fmt, group)
     mtp_covered = "mtp" in rule.components
@@ -244,7 +263,8 @@ def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
 
 def weights_bytes_per_gpu(model: ModelSpec, pool: Pool) -> float:
     """Bytes of weights each GPU of one instance holds in the pool's weight format."""
-    return sum(b * _share(p, model, pool) for p, b in _part_bytes(model, pool.weights, pool.int4_group_size))
+    return sum(b * _share(p, model, pool)
+               for p, b in _part_bytes(model, pool.weights, pool.int4_group_size, pool.weights_scheme))
 
 
 def kv_bytes_per_token(model: ModelSpec, pool: Pool) -> int:
@@ -295,6 +315,7 @@ def pool_capacity(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> PoolCapacit
         weights_gib_per_gpu=weights_gib, kv_bytes_per_token=per_token, kv_budget_gib_per_gpu=budget_gib,
         kv_tokens=tokens, pages=pages, fits=not reason, reason=reason,
         instances=pool.instances, gpus=pool.gpus, per_rank=per_rank,
+        weights_scheme=scheme_label(model, pool.weights, pool.weights_scheme),
     )
 
 
@@ -357,6 +378,7 @@ def render_capacity(report: dict[str, Any]) -> Table:
         shape = f"{c['instances']}×{c['gpus'] // c['instances']}"
         table.add_row(name, shape, f"{c['weights_gib_per_gpu']:.2f}", f"{c['kv_bytes_per_token']:,}",
                       f"{c['kv_budget_gib_per_gpu']:.2f}", tokens, f"{c['pages']:,}")
+        notes.append(f"{name} weights: {c['weights_scheme']}")
         if not c["fits"]:
             notes.append(f"[red]{name}: {c['reason']}[/red]")
         elif c.get("per_rank"):

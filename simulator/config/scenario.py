@@ -33,6 +33,7 @@ class Pool(Strict):
     ep: PositiveInt = 1
     weights: WeightFormat = "bf16"
     int4_group_size: PositiveInt | None = None  # None: the model preset's own group size
+    weights_scheme: str | None = None  # a named alternative rule of the model preset (its `schemes`); None: its own
     kv_cache: KVFormat = "bf16"
     kv_layout: Literal["flat", "tiled"] = "flat"
     page_size: PositiveInt = 64
@@ -52,6 +53,14 @@ class Pool(Strict):
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:
         return parallel.drop_defaults(handler(self))
+    # Decode-only steps run as CUDA graphs (SGLang, vLLM and TRT-LLM all do by default): a kernel the roofline
+    # prices pays this floor instead of the hardware's eager launch floor (measured tables keep their own).
+    # 3 µs is AIConfigurator 0.12.0's h200_sxm `mem_empirical_constant_latency` ("observations"); null: eager.
+    decode_graph_floor_us: PositiveFloat | None = 3.0
+    # Reading an FP8 KV cache in decode attention costs this factor on memory time (dequantization); engines
+    # differ (docs/calibration.md: SGLang 0.5.14's measured FP8 MLA kernel fits far above TRT-LLM's). None: the
+    # hardware roofline's own factor (1.25: one dequantization per tile).
+    fp8_kv_read_factor: PositiveFloat | None = None
 
     @property
     def gpus(self) -> int:
@@ -213,6 +222,9 @@ class Scenario(Strict):
                                  "EP groups × expert-TP)")
             if pool.kv_layout == "tiled" and a.type != "mla":
                 raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
+            if pool.weights_scheme is not None and pool.weights_scheme not in self.model.schemes:
+                raise ValueError(f"{where}.weights_scheme: model {self.model.name} has no scheme "
+                                 f"{pool.weights_scheme!r} (known: {', '.join(self.model.schemes) or 'none'})")
         return self
 
     @model_serializer(mode="wrap")

@@ -68,6 +68,7 @@ class FormatRule(Strict):
 
     components: list[Component]
     group_size: PositiveInt | None = None
+    scheme: str = ""  # what the rule stands for, as `phaseplan capacity` names it (e.g. how a release quantizes)
 
 
 class ModelSpec(Strict):
@@ -84,10 +85,19 @@ class ModelSpec(Strict):
     mtp_layers: int = Field(0, ge=0)
     tie_embeddings: bool = False
     formats: dict[WeightFormat, FormatRule] = Field(default_factory=dict)
+    # Named alternatives to a format's rule, chosen per pool by `weights_scheme` (e.g. "int4-all-linear").
+    schemes: dict[str, FormatRule] = Field(default_factory=dict)
 
     @property
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.moe else 0
+
+
+class RooflineFit(Strict):
+    """A hardware's roofline factors fitted to measured tables (names of simulator.pricing.roofline.Factors)."""
+
+    source: str
+    factors: dict[str, float | None]
 
 
 class HardwareSpec(Strict):
@@ -111,3 +121,4 @@ class HardwareSpec(Strict):
     # The fields above that a Result's resolved scenario carries only when a pool uses them.
     FP4_FIELDS: ClassVar[frozenset[str]] = frozenset({"fp4_tflops"})
     SCALE_OUT_FIELDS: ClassVar[frozenset[str]] = frozenset({"gpus_per_node", "scaleout_gbs"})
+    roofline: RooflineFit | None = None  # None: the roofline's documented default factors

@@ -16,8 +16,9 @@ priced by the same function as in a whole-list pricing; only the order of the su
 equals its whole-list price to rounding (~1e-15 relative) and is the same on every call.
 
 Every priced second is charged to where it came from — a profile table, the roofline fallback, or a
-collective (always modeled) — so a report can say how much of its step time was measured. Booking is exact
-per call: each part keeps its seconds by source and its fallback op counts alongside its time.
+collective (modeled, unless a third-party profile measured it) — so a report can say how much of its step
+time was measured. Booking is exact per call: each part keeps its seconds by source and its fallback op
+counts alongside its time.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from simulator.config.scenario import Pool
-from simulator.config.specs import HardwareSpec, ModelSpec
+from simulator.config.specs import HardwareSpec, ModelSpec, RooflineFit
 from simulator.pricing import roofline
 from simulator.pricing.ops import (
     COLLECTIVES,
@@ -344,11 +345,22 @@ class CostModel:
     """Prices steps of one instance of `pool` (model, hardware, formats) from `profile`."""
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, pool: Pool, profile: Profile, integrity: bool) -> None:
+        if pool.fp8_kv_read_factor is not None:  # the pool's engine reads an FP8 cache at its own cost
+            factors = {**(hw.roofline.factors if hw.roofline else {}), "fp8_kv_dequant_factor": pool.fp8_kv_read_factor}
+            source = hw.roofline.source if hw.roofline else "documented defaults"
+            hw = hw.model_copy(update={"roofline": RooflineFit(source=source, factors=factors)})
         self.model, self.hw, self.pool, self.profile, self.integrity = model, hw, pool, profile, integrity
+        # A profile that measured whole fused-MoE calls prices each layer's routed experts as one op.
+        self.fused_moe = any(family == "fused_moe" for family, _ in profile.tables)
+        # Decode-only steps replay a CUDA graph: the roofline's generic launch floor is the graph's (the pool's
+        # `decode_graph_floor_us`); mixed and prefill steps launch eagerly.
+        floor = pool.decode_graph_floor_us
+        self.decode_hw = hw if floor is None else hw.model_copy(update={"kernel_floor_us": floor})
         self.usage = Usage()
         self._prices: dict[tuple[str, Shape], tuple[float, str]] = {}
         self._decode: dict[int, _DecodePricing] = {}
-        self._varyings: dict[tuple[Op, float], _Varying] = {}
+        self._varyings: dict[tuple[Op, float, bool], _Varying] = {}
+        self._eager: dict[int, list[_Varying]] = {}
         # Speculative decoding: a decode step is priced per accepted token (`pricing/speculative.py`); a step
         # with prefill chunks runs without speculation and reads the plain pricing.
         spec = pool.speculative
@@ -427,12 +439,13 @@ class CostModel:
             parts = pricing.all_parts
         else:
             lines = step_lines(self.model, decode_batch, todo)
-            ops = [op for line, x in lines.items() if x for op in line_ops(self.model, self.pool, line, np.array([x]))]
+            ops = [op for line, x in lines.items() if x for op in line_ops(self.model, self.pool, line, np.array([x]),
+                                                                             self.fused_moe)]
             mine = todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)
             ops += [op for t, before in mine for op in chunk_ops(self.model, self.pool, t, before)]
             for fam, us in self._price_ops(ops, 1).by_family.items():
                 out[fam] = float(us[0])
-            parts = self._pricing(decode_batch).all_parts if decode_batch else []
+            parts = self._mixed_parts(decode_batch) if decode_batch else []
         ctx = decode_ctx_total / max(decode_batch, 1)
         for v in parts:
             x = np.array([float(decode_pages) if v.key == "pages" else ctx])
@@ -470,16 +483,27 @@ class CostModel:
         if speculative:
             ops, scale = speculative_step_ops(self.model, self.pool, batch, 1, pages), self._per_token
         else:
-            ops, scale = step_ops(self.model, self.pool, batch, 1, (), pages), 1.0
+            ops, scale = step_ops(self.model, self.pool, batch, 1, (), pages, fused_moe=self.fused_moe), 1.0
         return _DecodePricing(batch, self._fix(ops, scale), [self._varying(op, scale) for op in ops
                                                              if op.family in VARYING])
+
+    def _mixed_parts(self, batch: int) -> list[_Varying]:
+        """The decode batch's varying parts as a mixed step runs them: without speculation, and eagerly (no CUDA
+        graph)."""
+        if self.decode_hw is self.hw:
+            return self._plain_pricing(batch).all_parts
+        parts = self._eager.get(batch)
+        if parts is None:
+            ops = step_ops(self.model, self.pool, batch, 1, (), 1 if self.integrity else 0, fused_moe=self.fused_moe)
+            parts = self._eager[batch] = [self._varying(op, eager=True) for op in ops if op.family in VARYING]
+        return parts
 
     def _decode_parts(self, batch: int, ctx_total: int, pages: int, usage: Usage) -> float:
         """Microseconds of the decode batch's attention, indexer and integrity check in a mixed step (the
         decode pricing's parts, one step, in plain floats); charges them to `usage`."""
         ctx = ctx_total / batch
         us = 0.0
-        for v in self._plain_pricing(batch).all_parts:
+        for v in self._mixed_parts(batch):
             x = float(pages) if v.key == "pages" else ctx
             if v.cap is not None:
                 x = min(x, v.cap)
@@ -533,7 +557,7 @@ class CostModel:
         return _Part(us, table, fallback, 0.0, tuple(fallbacks))
 
     def _line_pricer(self, line: str) -> Callable[[np.ndarray], _Priced]:
-        return lambda xs: self._price_ops(line_ops(self.model, self.pool, line, xs), xs.size)
+        return lambda xs: self._price_ops(line_ops(self.model, self.pool, line, xs, self.fused_moe), xs.size)
 
     def _price_ops(self, ops: list[Spec], n: int) -> _Priced:
         """Ops whose shape values may be arrays of n step sizes, priced at each (numpy, same per-op arithmetic
@@ -541,9 +565,12 @@ class CostModel:
         p = _Priced(np.zeros(n), {src: np.zeros(n) for src in SOURCES}, {}, {})
         for op in ops:
             params = op.params
-            if op.family in COLLECTIVES:
-                us = np.broadcast_to(roofline.op_us(op.family, params, self.hw), (n,)) * op.count
-                p.by_source["collective"] += us
+            if op.family in COLLECTIVES:  # a measured table where the profile has one, else the collective model
+                t = self._table_us(op.family, params, n)
+                miss = np.isnan(t)
+                us = np.where(miss, np.broadcast_to(roofline.op_us(op.family, params, self.hw), (n,)), t) * op.count
+                p.by_source["collective"] += np.where(miss, us, 0.0)
+                p.by_source["table"] += np.where(miss, 0.0, us)
             else:
                 t = self._table_us(op.family, params, n)
                 miss = np.isnan(t)
@@ -574,14 +601,15 @@ class CostModel:
             out[sel] = table.us(float(o), inner[sel])
         return out
 
-    def _varying(self, op: Op, scale: float = 1.0) -> _Varying:
-        v = self._varyings.get((op, scale))
+    def _varying(self, op: Op, scale: float = 1.0, eager: bool = False) -> _Varying:
+        v = self._varyings.get((op, scale, eager))
         if v is None:
             params = op.params
             key = "pages" if op.family == "integrity_check" else "context"
             cap = context_cap(self.model) if op.family in ATTENTION else None
             curve = self.profile.curve(op.family, params)
-            v = self._varyings[op, scale] = _Varying(op.family, params, op.count, key, cap, curve, self.hw, scale)
+            v = self._varyings[op, scale, eager] = _Varying(op.family, params, op.count, key, cap, curve,
+                                                            self.hw if eager else self.decode_hw, scale)
         return v
 
     def _fix(self, ops: list[Op], scale: float = 1.0) -> _Fixed:
@@ -601,17 +629,17 @@ class CostModel:
         return fixed
 
     def _price(self, op: Op) -> tuple[float, str]:
-        """Microseconds of one op and where the number came from."""
+        """Microseconds of one op of a decode-only step and where the number came from."""
         key = (op.family, op.shape)
         hit = self._prices.get(key)
         if hit is None:
             params = op.params
+            t = self.profile.lookup(op.family, params)
+            hw = self.decode_hw
             if op.family in COLLECTIVES:
-                hit = (float(roofline.op_us(op.family, params, self.hw)), "collective")
+                hit = (t, "table") if t is not None else (float(roofline.op_us(op.family, params, hw)), "collective")
             else:
-                t = self.profile.lookup(op.family, params)
-                hit = (t, "table") if t is not None else (float(roofline.op_us(op.family, params, self.hw)),
-                                                          "fallback")
+                hit = (t, "table") if t is not None else (float(roofline.op_us(op.family, params, hw)), "fallback")
             self._prices[key] = hit
         return hit
 

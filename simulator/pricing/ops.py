@@ -63,6 +63,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "prefill_indexer": ("heads", "head_dim", "key_bytes", "topk", "tokens", "context"),
     "gemm": ("m", "n", "k", "batch", "weights", "group"),
     "moe_gemm": ("tokens", "experts", "n", "k", "weights", "group"),
+    # One layer's whole routed-expert call on one rank (align, both grouped GEMMs, activation, combine), keyed
+    # as AIConfigurator measures SGLang's fused MoE: the layer's tokens and the model's full expert shapes.
+    "fused_moe": ("tokens", "experts", "top_k", "hidden", "inter", "tp", "ep", "weights", "group"),
     "kv_write": ("tokens", "width", "kv"),
     "integrity_check": ("pages",),
     "elementwise": ("bytes",),
@@ -71,7 +74,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "alltoall": ("bytes", "ranks", "nodes"),  # MoE dispatch or combine: bytes the busiest EP rank receives
 }
 _KEYS = {f: frozenset(keys) for f, keys in FAMILIES.items()}
-COLLECTIVES = frozenset({"allreduce", "allgather", "alltoall"})  # priced by the roofline only: one GPU cannot time them
+# One GPU cannot time collectives: the roofline prices them, or a third party's measured table.
+COLLECTIVES = frozenset({"allreduce", "allgather", "alltoall"})
 # Families whose time moves with the decode batch's context (or pages) while the batch stays the same.
 DECODE_CONTEXT_FAMILIES = frozenset({"decode_attention_mla", "decode_attention_gqa", "decode_indexer"})
 
@@ -144,9 +148,9 @@ class _Builder:
     part priced once), and shape values may be numpy arrays (one op list for many step sizes at once).
     """
 
-    def __init__(self, model: ModelSpec, pool: Pool, merge: bool = True) -> None:
-        self.model, self.pool, self.merge = model, pool, merge
-        self.rule = format_rule(model, pool.weights)
+    def __init__(self, model: ModelSpec, pool: Pool, merge: bool = True, fused_moe: bool = False) -> None:
+        self.model, self.pool, self.merge, self.fused_moe = model, pool, merge, fused_moe
+        self.rule = format_rule(model, pool.weights, pool.weights_scheme)
         self.group = pool.int4_group_size or self.rule.group_size or 128
         self.tp = pool.tp // pool.dp  # the attention TP group (the instance's tp without DP attention)
         self.counts: dict[tuple[str, Shape], int] = {}
@@ -194,15 +198,17 @@ def _round_up_from_one(x: Any) -> Any:
 
 
 def step_ops(model: ModelSpec, pool: Pool, decode_batch: int, decode_context: int,
-             prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0, queries: int = 1) -> list[Op]:
+             prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0, queries: int = 1,
+             fused_moe: bool = False) -> list[Op]:
     """The kernels one GPU runs for one step: `decode_batch` sequences of `decode_context` tokens (mean)
     each decoding one token (`queries` > 1: verifying that many positions), plus prefill chunks of
-    (new_tokens, context_before)."""
+    (new_tokens, context_before). `fused_moe`: each MoE layer's routed experts as one `fused_moe` op (for a
+    profile that measured them so) instead of its parts."""
     chunks = [(int(t), int(c)) for t, c in prefill_chunks if t > 0]
     lines = step_lines(model, decode_batch * queries, chunks)
     if lines["tokens"] == 0:
         return []
-    b = _Builder(model, pool)
+    b = _Builder(model, pool, fused_moe=fused_moe)
     for line, x in lines.items():
         _LINES[line](b, x)
     _decode(b, decode_batch, decode_context, integrity_pages, queries)
@@ -223,10 +229,10 @@ def step_lines(model: ModelSpec, decode_batch: int, chunks: Sequence[tuple[int, 
     return {"tokens": decode_batch + new, "rows": decode_batch + len(chunks), "absorbed": absorbed}
 
 
-def line_ops(model: ModelSpec, pool: Pool, line: str, x: Any) -> list[Spec]:
+def line_ops(model: ModelSpec, pool: Pool, line: str, x: Any, fused_moe: bool = False) -> list[Spec]:
     """The ops of one line (see `step_lines`) at count `x` (x > 0), or at every count of an array `x` at once
     (shape values are then arrays, one value per count)."""
-    b = _Builder(model, pool, merge=False)
+    b = _Builder(model, pool, merge=False, fused_moe=fused_moe)
     _LINES[line](b, x)
     return b.unmerged
 
@@ -407,6 +413,13 @@ def _moe(b: _Builder, m_all: Any, layers: int) -> None:
     hd, E = model.hidden, moe.routed_experts
     b.gemm("router", m, E, hd, layers)
     b.elementwise(m * E * 4 * 2, layers)  # scores, grouped top-k
+    if b.fused_moe and pool.dp == 1 and pool.expert_imbalance == 1.0 and not pool.redundant_experts:
+        w, g = b.fmt("routed_experts")  # the form a fused-MoE table was measured in (one TP/EP instance)
+        b.add("fused_moe", layers, tokens=m_all, experts=E, top_k=moe.top_k, hidden=hd, inter=moe.intermediate,
+              tp=pool.tp // pool.ep, ep=pool.ep, weights=w, group=g)
+        if moe.shared_experts:
+            _shared(b, m, layers)
+        return
     load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
     pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
     slots = E + pool.redundant_experts  # EPLB replicas are touched like the experts they copy
@@ -421,10 +434,16 @@ def _moe(b: _Builder, m_all: Any, layers: int) -> None:
     b.moe(pairs, local, hd, inter, layers, pairs)
     b.elementwise((pairs + m) * hd * 2, layers)  # weighted combine of the top-k outputs
     if moe.shared_experts:
-        inter_s = _div(moe.shared_experts * moe.intermediate, b.tp)
-        b.gemm("shared_experts", m, 2 * inter_s, hd, layers)
-        b.elementwise(m * 3 * inter_s * 2, layers)
-        b.gemm("shared_experts", m, hd, inter_s, layers)
+        _shared(b, m, layers)
+
+
+def _shared(b: _Builder, m: Any, layers: int) -> None:
+    moe = b.model.moe
+    assert moe is not None
+    hd, inter_s = b.model.hidden, _div(moe.shared_experts * moe.intermediate, b.tp)
+    b.gemm("shared_experts", m, 2 * inter_s, hd, layers)
+    b.elementwise(m * 3 * inter_s * 2, layers)
+    b.gemm("shared_experts", m, hd, inter_s, layers)
 
 
 def dispatch_bytes(hidden: int) -> int:
@@ -442,6 +461,31 @@ def mtp_draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> lis
     b.gemm("mtp", rows, _div(h, b.tp), 2 * h, model.mtp_layers)  # eh_proj
     b.elementwise(rows * h * 2 * 2 * 2, model.mtp_layers)  # enorm + hnorm
     return b.ops() + step_ops(layer, pool, batch, context)
+
+
+def routed_parts(s: Mapping[str, Any]) -> list[Spec]:
+    """The unfused ops of one `fused_moe` op: what the op list holds without a fused table, and what the
+    roofline sums to price a fused one. Shape values may be arrays (one per step size)."""
+    m, top_k, ep, hd, w, g = s["tokens"], s["top_k"], s["ep"], s["hidden"], s["weights"], s["group"]
+    pairs = _round_up_from_one(m * top_k / ep)
+    local = _round_up_from_one(expected_experts(s["experts"], top_k, m) / ep)
+    inter = _div(s["inter"], s["tp"])
+    out: list[Spec] = []
+
+    def elementwise(nbytes: Any) -> None:
+        out.append(Spec("elementwise", {"bytes": nbytes if isinstance(nbytes, np.ndarray) else int(nbytes)}, 1))
+
+    def grouped(n: int, k: int, input_rows: Any) -> None:
+        out.append(Spec("moe_gemm", dict(tokens=pairs, experts=local, n=n, k=k, weights=w, group=g), 1))
+        if w in QUANTIZED_ACTIVATIONS:  # the input rows are quantized first: their own kernel
+            elementwise(input_rows * k * 3)
+
+    elementwise(pairs * 4 * 2)  # moe_align: sort token-expert pairs by expert, pad to tiles
+    grouped(2 * inter, hd, m)
+    elementwise(pairs * 3 * inter * 2)
+    grouped(hd, inter, pairs)
+    elementwise((pairs + m) * hd * 2)  # weighted combine of the top-k outputs
+    return out
 
 
 # -- what a profile must measure ---------------------------------------------------------------------------

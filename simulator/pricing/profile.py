@@ -8,6 +8,11 @@ points come back exactly. Two-axis tables are read as columns: at a profiled out
 chunk tokens, touched experts) along that column's inner axis; between two profiled outer values by
 blending the two neighbouring columns. Anything outside a table is None here — the cost model then prices
 the op on the roofline and counts it.
+
+Two readings a profile opts into, for third-party tables measured on their own grids (docs/ops.md): a key
+written as "any" (page size, the BF16 cache layout) matches every value of that key; and `interpolate:
+{"gemm": ["n", "k"]}` lets a GEMM whose (n, k) was not measured be read between the four measured (n, k)
+points around it — a derived number, which `provenance()` counts.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import numpy as np
 from simulator.config.scenario import Scenario
 from simulator.config.specs import HardwareSpec
 from simulator.errors import InputError
-from simulator.pricing.ops import COLLECTIVES, FAMILIES
+from simulator.pricing.ops import FAMILIES
 
 Point = Callable[[Mapping[str, Any]], Any]
 
@@ -55,7 +60,13 @@ AXES: dict[str, Axes] = {
     "kv_write": Axes(None, ("tokens",), _key("tokens")),
     "integrity_check": Axes(None, ("pages",), _key("pages")),
     "elementwise": Axes(None, ("bytes",), _key("bytes")),
+    "fused_moe": Axes(None, ("tokens",), _key("tokens")),
+    # Collectives are measured by third parties (several GPUs at once), never by phaseplan's profiler.
+    "allreduce": Axes(None, ("bytes",), _key("bytes")),
+    "allgather": Axes(None, ("bytes",), _key("bytes")),
 }
+ANY = "any"  # a key the measurement did not vary: the table holds for every value of it
+WILDCARDS = (("page_size",), ("layout",), ("layout", "page_size"))  # tried in this order after an exact miss
 
 
 def categorical(family: str, shape: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -149,13 +160,28 @@ class Profile:
     """A profile file's tables plus where they came from; `roofline()` is the empty, modeled one."""
 
     def __init__(self, device: str, source: str, kernels: Mapping[str, list[tuple[Mapping[str, Any], float]]],
-                 file: str | None = None, date: str | None = None) -> None:
+                 file: str | None = None, date: str | None = None, measured_by: Mapping[str, Any] | None = None,
+                 interpolate_gemm: bool = False) -> None:
         self.device, self.source, self.file, self.date = device, source, file, date
+        self.measured_by = dict(measured_by) if measured_by else None  # a third party's measurements: whose
         grouped: dict[tuple[str, tuple], list[tuple[Mapping[str, Any], float]]] = {}
         for family, entries in kernels.items():
             for shape, us in entries:
                 grouped.setdefault((family, categorical(family, shape)), []).append((shape, us))
         self.tables = {key: _build(key[0], entries) for key, entries in grouped.items()}
+        self._wild = any(v == ANY for _, key in self.tables for _, v in key)
+        self._resolved: dict[tuple[str, tuple], Table | None] = {}
+        self.derived: set[tuple] = set()  # GEMM forms read between measured (n, k) points
+        self._gemm_grid: dict[tuple, tuple[list[int], list[int]]] = {}
+        if interpolate_gemm:
+            grid: dict[tuple, tuple[set[int], set[int]]] = {}
+            for family, key in self.tables:
+                if family == "gemm":
+                    d = dict(key)
+                    ns, ks = grid.setdefault((d["batch"], d["weights"], d["group"]), (set(), set()))
+                    ns.add(d["n"])
+                    ks.add(d["k"])
+            self._gemm_grid = {g: (sorted(ns), sorted(ks)) for g, (ns, ks) in grid.items()}
 
     @classmethod
     def roofline(cls, hw: HardwareSpec) -> Profile:
@@ -191,15 +217,74 @@ class Profile:
         if not isinstance(data["kernels"], dict):
             raise InputError(f"{path}: kernels must map op family → list of entries")
         kernels = {f: _entries(path, f, es) for f, es in data["kernels"].items()}
-        return cls(str(data["device"]), data["source"], kernels, str(path), data.get("date"))
+        measured_by = data.get("measured_by")
+        if measured_by is not None and not (isinstance(measured_by, dict) and isinstance(measured_by.get("summary"),
+                                                                                         str)):
+            raise InputError(f"{path}: measured_by must be an object with a 'summary' line")
+        interpolate = data.get("interpolate", {})
+        if interpolate not in ({}, {"gemm": ["n", "k"]}):
+            raise InputError(f"{path}: interpolate may only be {{\"gemm\": [\"n\", \"k\"]}}")
+        return cls(str(data["device"]), data["source"], kernels, str(path), data.get("date"), measured_by,
+                   bool(interpolate))
 
     def provenance(self) -> dict[str, Any]:
-        return {"profile_source": self.source, "device": self.device, "file": self.file, "date": self.date}
+        out = {"profile_source": self.source, "device": self.device, "file": self.file, "date": self.date}
+        if self.measured_by is not None:
+            out["measured_by"] = self.measured_by["summary"]
+            out["derived_gemm_forms"] = len(self.derived)
+        return out
 
     def table(self, family: str, shape: Mapping[str, Any]) -> Table | None:
         if not self.tables or family not in AXES:
             return None
-        return self.tables.get((family, categorical(family, shape)))
+        key = (family, categorical(family, shape))
+        t = self.tables.get(key)
+        if t is not None or not (self._wild or self._gemm_grid):
+            return t
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(key)
+        return self._resolved[key]
+
+    def _resolve(self, key: tuple[str, tuple]) -> Table | None:
+        """A table for a form no table holds exactly: one keyed "any" where the form differs, else (GEMM) one
+        derived from the measured (n, k) points around it."""
+        family, cat = key
+        for keys in WILDCARDS:
+            if all(k in dict(cat) for k in keys):
+                t = self.tables.get((family, tuple((k, ANY if k in keys else v) for k, v in cat)))
+                if t is not None:
+                    return t
+        return self._derive_gemm(dict(cat)) if family == "gemm" else None
+
+    def _derive_gemm(self, c: dict[str, Any]) -> Table | None:
+        """Log time bilinear in (log n, log k) between the four measured neighbours, at every m all four
+        measured: a GEMM's time scales as n·k where bytes or FLOPs rule, which this reproduces exactly."""
+        grid = self._gemm_grid.get((c["batch"], c["weights"], c["group"]))
+        if grid is None:
+            return None
+        corners = []
+        for axis, v in zip(grid, (c["n"], c["k"]), strict=True):
+            i = int(np.searchsorted(axis, v))
+            if i == len(axis) or (axis[i] != v and i == 0):
+                return None
+            lo, hi = (axis[i], axis[i]) if axis[i] == v else (axis[i - 1], axis[i])
+            corners.append((lo, hi, 0.0 if lo == hi else (np.log(v) - np.log(lo)) / (np.log(hi) - np.log(lo))))
+        (n0, n1, wn), (k0, k1, wk) = corners
+        curves = []
+        for n, k, w in ((n0, k0, (1 - wn) * (1 - wk)), (n0, k1, (1 - wn) * wk), (n1, k0, wn * (1 - wk)),
+                        (n1, k1, wn * wk)):
+            t = self.tables.get(("gemm", categorical("gemm", {**c, "n": n, "k": k, "m": 0})))
+            if t is None or 0.0 not in t.columns:
+                return None
+            curves.append((t.columns[0.0], w))
+        lo, hi = max(cv.x[0] for cv, _ in curves), min(cv.x[-1] for cv, _ in curves)
+        x = np.unique(np.concatenate([cv.x for cv, _ in curves]))
+        x = x[(x >= lo) & (x <= hi)]
+        if not x.size:
+            return None
+        log_us = sum(w * np.log(np.interp(x, cv.x, cv.us_at)) for cv, w in curves)
+        self.derived.add(tuple(sorted(c.items())))
+        return Table({0.0: Curve(x, np.exp(log_us))})
 
     def lookup(self, family: str, shape: Mapping[str, Any]) -> float | None:
         """Microseconds of one op from the tables, or None where no table covers it."""
@@ -219,8 +304,10 @@ class Profile:
 def _entries(path: str | Path, family: str, entries: Any) -> list[tuple[Mapping[str, Any], float]]:
     where = f"{path}: kernels.{family}"
     if family not in AXES:
-        known = ", ".join(f for f in FAMILIES if f not in COLLECTIVES)
+        known = ", ".join(f for f in FAMILIES if f in AXES)
         raise InputError(f"{where}: unknown or unmeasurable op family (known: {known})")
+    if isinstance(entries, dict) and set(entries) == {"columns", "rows"}:
+        entries = _rows_as_entries(where, family, entries["columns"], entries["rows"])
     if not isinstance(entries, list):
         raise InputError(f"{where}: expected a list of entries")
     keys = set(FAMILIES[family])
@@ -237,4 +324,21 @@ def _entries(path: str | Path, family: str, entries: Any) -> list[tuple[Mapping[
         if not isinstance(us, int | float) or isinstance(us, bool) or not us > 0:
             raise InputError(f"{where}[{i}]: median_us must be a positive number, got {us!r}")
         out.append((shape, float(us)))
+    return out
+
+
+def _rows_as_entries(where: str, family: str, columns: Any, rows: Any) -> list[dict[str, Any]]:
+    """The compact form of a large table, {"columns": [shape keys…, "median_us"], "rows": [[values…], …]}, as
+    entries (then validated like any)."""
+    want = {*FAMILIES[family], "median_us"}
+    if not isinstance(columns, list) or set(columns) != want or len(columns) != len(want):
+        raise InputError(f"{where}: columns must be the shape keys {', '.join(FAMILIES[family])} and median_us")
+    if not isinstance(rows, list):
+        raise InputError(f"{where}: rows must be a list")
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, list) or len(r) != len(columns):
+            raise InputError(f"{where}.rows[{i}]: expected {len(columns)} values")
+        e = dict(zip(columns, r, strict=True))
+        out.append({"median_us": e.pop("median_us"), "shape": e})
     return out

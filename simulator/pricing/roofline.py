@@ -17,13 +17,15 @@ Shape values may be numpy arrays (e.g. a decode batch's context at many steps); 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from simulator.config import formats
 from simulator.config.specs import HardwareSpec
+from simulator.errors import InputError
+from simulator.pricing.ops import routed_parts
 
 # -- achieved share of HardwareSpec.copy_gbs (the measured device-to-device copy bandwidth) --------------------
 # Weight-streaming GEMM at small m: cuBLAS/Triton GEMV-like kernels on weights of several MB reach 80–90% of
@@ -94,6 +96,63 @@ FP8_BLOCK_SCALE_BYTES = 4 / (128 * 128)  # fp32 scale per 128×128 block
 NEW_FORMATS = frozenset({"w4a8", "nvfp4", "mxfp4"})
 
 
+@dataclass(frozen=True)
+class Factors:
+    """The factors above, and per-family launch floors, as one hardware's roofline uses them.
+
+    A hardware preset may replace any of them (`HardwareSpec.roofline`: values fitted to measured tables by
+    `phaseplan profile fit`, with their source); the defaults are the judgements documented above. A floor of
+    None is the preset's `kernel_floor_us`.
+    """
+
+    mem_eff_gemm: float = MEM_EFF_GEMM
+    mem_eff_int4: float = MEM_EFF_INT4
+    mem_eff_moe: float = MEM_EFF_MOE
+    mem_eff_decode_attn: float = MEM_EFF_DECODE_ATTN
+    mem_eff_elementwise: float = MEM_EFF_ELEMENTWISE
+    mem_eff_scatter: float = MEM_EFF_SCATTER
+    mma_eff_gemm: float = MMA_EFF_GEMM
+    mma_eff_moe: float = MMA_EFF_MOE
+    mma_eff_prefill_attn: float = MMA_EFF_PREFILL_ATTN
+    mma_eff_decode_attn: float = MMA_EFF_DECODE_ATTN
+    int4_mma_factor: float = INT4_MMA_FACTOR
+    fp8_kv_dequant_factor: float = FP8_KV_DEQUANT_FACTOR
+    nvlink_eff: float = NVLINK_EFF
+    floor_gemm_us: float | None = None
+    floor_moe_us: float | None = None
+    floor_decode_attn_us: float | None = None
+    floor_prefill_attn_us: float | None = None
+
+
+FACTOR_NAMES = frozenset(f.name for f in fields(Factors))
+DEFAULT = Factors()
+_FLOOR = {"gemm": "floor_gemm_us", "moe_gemm": "floor_moe_us", "decode_attention_mla": "floor_decode_attn_us",
+          "decode_attention_gqa": "floor_decode_attn_us", "prefill_attention": "floor_prefill_attn_us"}
+_factors: dict[tuple, Factors] = {}
+
+
+def factors(hw: HardwareSpec) -> Factors:
+    """The roofline factors of `hw`: its preset's fitted values over the documented defaults."""
+    if hw.roofline is None:
+        return DEFAULT
+    key = tuple(sorted(hw.roofline.factors.items()))
+    f = _factors.get(key)
+    if f is None:
+        unknown = sorted(set(hw.roofline.factors) - FACTOR_NAMES)
+        if unknown:
+            raise InputError(f"hardware {hw.name}: roofline.factors: unknown factor(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(FACTOR_NAMES))})")
+        f = _factors[key] = Factors(**hw.roofline.factors)
+    return f
+
+
+def floor_us(family: str, f: Factors, hw: HardwareSpec) -> float:
+    """Launch floor of one kernel of `family`."""
+    name = _FLOOR.get(family)
+    v = getattr(f, name) if name else None
+    return hw.kernel_floor_us if v is None else v
+
+
 def weight_bytes(weights: str, group: int) -> float:
     """Bytes per weight: BF16 2, FP8 1 + block scales, INT4 half a byte + a BF16 scale per group; W4A8, NVFP4
     and MXFP4 as `simulator/config/formats.py` counts them."""
@@ -140,37 +199,38 @@ def _causal_pairs(tokens: Any, context: Any, topk: int) -> Any:
     return dense if k >= b else k * tokens if k < a else partial
 
 
-def work(family: str, s: Mapping[str, Any]) -> Work:
+def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
     if family == "gemm":
         m, n, k, batch = s["m"], s["n"], s["k"], s["batch"]
         w = s["weights"]
         wb = batch * n * k * weight_bytes(w, s["group"])
         flops = 2.0 * batch * m * n * k
         return Work(wb + batch * m * (n + k) * 2, flops, flops, formats.tensor_core(w),
-                    MEM_EFF_INT4 if w in formats.GROUPED else MEM_EFF_GEMM, MMA_EFF_GEMM)
+                    f.mem_eff_int4 if w in formats.GROUPED else f.mem_eff_gemm, f.mma_eff_gemm)
     if family == "moe_gemm":
         t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
         rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
         wb = e * n * k * weight_bytes(w, s["group"])
         return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, formats.tensor_core(w),
-                    MEM_EFF_INT4 * MEM_EFF_MOE / MEM_EFF_GEMM if w in formats.GROUPED else MEM_EFF_MOE, MMA_EFF_MOE)
+                    f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm if w in formats.GROUPED else f.mem_eff_moe,
+                    f.mma_eff_moe)
     if family == "decode_attention_mla":
         h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
         flops = 2.0 * b * c * (MLA_LATENT + MLA_NOPE)
         return Work(b * c * MLA_ROW_BYTES[kv, s["layout"]] + b * h * (MLA_LATENT + MLA_NOPE) * 2,
-                    flops * h, flops * _pad(h), "bf16", MEM_EFF_DECODE_ATTN, MMA_EFF_DECODE_ATTN,
-                    FP8_KV_DEQUANT_FACTOR if kv == "fp8_e4m3" else 1.0, KERNELS[family])
+                    flops * h, flops * _pad(h), "bf16", f.mem_eff_decode_attn, f.mma_eff_decode_attn,
+                    f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0, KERNELS[family])
     if family == "decode_attention_gqa":
         hq, hk, d, b, c, kv = s["q_heads"], s["kv_heads"], s["head_dim"], s["batch"], s["context"], s["kv"]
         per_head = 2.0 * b * c * 2 * d
         return Work(b * c * hk * 2 * d * KV_BYTES[kv] + b * hq * d * 2 * 2, per_head * hq,
-                    per_head * hk * _pad(hq / hk), "bf16", MEM_EFF_DECODE_ATTN, MMA_EFF_DECODE_ATTN,
-                    FP8_KV_DEQUANT_FACTOR if kv == "fp8_e4m3" else 1.0, KERNELS[family])
+                    per_head * hk * _pad(hq / hk), "bf16", f.mem_eff_decode_attn, f.mma_eff_decode_attn,
+                    f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0, KERNELS[family])
     if family == "prefill_attention":
         h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
         flops = 2.0 * h * _causal_pairs(t, c, s["topk"]) * (dq + dv)
-        return Work(t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2, flops, flops, "bf16", MEM_EFF_DECODE_ATTN,
-                    MMA_EFF_PREFILL_ATTN)
+        return Work(t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2, flops, flops, "bf16", f.mem_eff_decode_attn,
+                    f.mma_eff_prefill_attn)
     if family in ("decode_indexer", "prefill_indexer"):
         h, d, kb = s["heads"], s["head_dim"], s["key_bytes"]
         if family == "decode_indexer":
@@ -179,25 +239,25 @@ def work(family: str, s: Mapping[str, Any]) -> Work:
             queries, pairs, keys = s["tokens"], _causal_pairs(s["tokens"], s["context"], 0), s["context"]
         # FP8 q·k per head, ReLU-weighted sum over heads, fp32 logits written then read by top-k.
         return Work(keys * kb + queries * h * d + pairs * 4 * 2, 2.0 * pairs * h * d, 2.0 * pairs * _pad(h) * d,
-                    "fp8", MEM_EFF_DECODE_ATTN, MMA_EFF_DECODE_ATTN, kernels=KERNELS[family])
+                    "fp8", f.mem_eff_decode_attn, f.mma_eff_decode_attn, kernels=KERNELS[family])
     if family == "kv_write":
         b = s["tokens"] * s["width"] * (2 + KV_BYTES[s["kv"]])
-        return Work(b, 0.0, 0.0, "bf16", MEM_EFF_SCATTER, 1.0)
+        return Work(b, 0.0, 0.0, "bf16", f.mem_eff_scatter, 1.0)
     if family == "integrity_check":
-        return Work(s["pages"] * INTEGRITY_BYTES_PER_PAGE, 0.0, 0.0, "bf16", MEM_EFF_SCATTER, 1.0)
+        return Work(s["pages"] * INTEGRITY_BYTES_PER_PAGE, 0.0, 0.0, "bf16", f.mem_eff_scatter, 1.0)
     if family == "elementwise":
-        return Work(s["bytes"], 0.0, 0.0, "bf16", MEM_EFF_ELEMENTWISE, 1.0)
+        return Work(s["bytes"], 0.0, 0.0, "bf16", f.mem_eff_elementwise, 1.0)
     raise KeyError(f"no roofline for op family '{family}'")
 
 
-def _rate_tflops(rate: str, hw: HardwareSpec) -> float:
+def _rate_tflops(rate: str, hw: HardwareSpec, f: Factors) -> float:
     if rate == "fp8":
         return hw.fp8_tflops
     if rate == "fp4":
         return formats.fp4_tflops(hw)
     if rate == "w4a8":  # INT4 → FP8 conversion in the main loop: the same share as INT4's dequant to BF16
-        return hw.fp8_tflops * INT4_MMA_FACTOR
-    return hw.bf16_tflops * (INT4_MMA_FACTOR if rate == "int4" else 1.0)
+        return hw.fp8_tflops * f.int4_mma_factor
+    return hw.bf16_tflops * (f.int4_mma_factor if rate == "int4" else 1.0)
 
 
 def _collective_bytes(family: str, s: Mapping[str, Any]) -> Any:
@@ -208,16 +268,19 @@ def _collective_bytes(family: str, s: Mapping[str, Any]) -> Any:
 
 def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, Any, float]:
     """The memory time, the tensor-core time and the launch floors of one op (not a collective)."""
-    w = work(family, s)
+    f = factors(hw)
+    w = work(family, s, f)
     mem = w.bytes / (hw.copy_gbs * w.mem_eff * 1e3) * w.mem_factor
-    mma = w.padded_flops / (_rate_tflops(w.rate, hw) * w.mma_eff * 1e6)
-    return mem, mma, w.kernels * hw.kernel_floor_us
+    mma = w.padded_flops / (_rate_tflops(w.rate, hw, f) * w.mma_eff * 1e6)
+    return mem, mma, w.kernels * floor_us(family, f, hw)
 
 
 def op_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     """Microseconds of one op of this family and shape on `hw`."""
+    if family == "fused_moe":  # no kernel of its own here: the sum of the parts the unfused op list has
+        return sum(op_us(f, p, hw) * c for f, p, c in routed_parts(s))
     if family in ("allreduce", "allgather"):
-        return hw.allreduce_latency_us + _collective_bytes(family, s) / (hw.nvlink_gbs * NVLINK_EFF * 1e3)
+        return hw.allreduce_latency_us + _collective_bytes(family, s) / (hw.nvlink_gbs * factors(hw).nvlink_eff * 1e3)
     if family == "alltoall":
         return hw.allreduce_latency_us + alltoall_transfer_us(s, hw, A2A_NVLINK_EFF, A2A_RDMA_EFF)
     mem, mma, floor = terms_us(family, s, hw)
@@ -230,6 +293,8 @@ def ideal_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
         return _collective_bytes(family, s) / (hw.nvlink_gbs * 1e3)
     if family == "alltoall":
         return alltoall_transfer_us(s, hw, 1.0, 1.0)
+    if family == "fused_moe":
+        return sum(ideal_us(f, p, hw) * c for f, p, c in routed_parts(s))
     w = work(family, s)
     rate = {"fp8": hw.fp8_tflops, "w4a8": hw.fp8_tflops, "fp4": hw.fp4_tflops or hw.fp8_tflops}.get(w.rate,
                                                                                                    hw.bf16_tflops)

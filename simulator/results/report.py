@@ -22,6 +22,11 @@ def provenance_line(result: dict[str, Any]) -> str:
     if r is not None and r.get("clock") == "measured":
         return (f"step times: EXECUTED on {r.get('device')} ({r.get('executed_with')}); the step anatomy above "
                 f"is the cost model's ({p.get('file') or 'roofline'})")
+    if p.get("measured_by"):  # a third party's measurements: say whose, never as if phaseplan's kernels ran
+        derived = p.get("derived_gemm_forms") or 0
+        return (f"step times: {p['measured_by']} - not phaseplan's own kernels ({p.get('file')}, {p.get('date')}); "
+                f"{derived} GEMM form(s) interpolated between measured (n, k) points (derived); "
+                "ops without a table on the roofline")
     if p.get("profile_source") == "measured":
         return f"step times: MEASURED kernel profile on {p.get('device')} ({p.get('file')}, {p.get('date')})"
     return (f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}) - "

@@ -1,0 +1,98 @@
+"""Fitting the roofline to measured tables: it recovers known factors, and the H200 preset holds what the fit of
+the committed AIConfigurator profile gives (never hand-typed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.config import presets
+from simulator.config.specs import HardwareSpec, RooflineFit
+from simulator.errors import InputError
+from simulator.pricing import fit, roofline
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = HardwareSpec(**presets.hardware("h200"))
+H100 = HardwareSpec(**presets.hardware("h100"))
+
+
+def synthetic(hw: HardwareSpec) -> dict:
+    """A measured-looking GEMM and all-reduce table priced by the roofline of `hw` (known factors)."""
+    gemm = [[m, n, k, 1, w, 0, float(roofline.op_us("gemm", dict(m=m, n=n, k=k, batch=1, weights=w, group=0), hw))]
+            for w in ("bf16", "fp8") for n in (1024, 7168) for k in (2048, 16384) for m in (1, 16, 256, 4096, 16384)]
+    ar = [[b, 8, float(roofline.op_us("allreduce", {"bytes": b, "ranks": 8}, hw))] for b in 2 ** np.arange(10, 30, 2)]
+    return {"source": "measured", "kernels": {
+        "gemm": {"columns": ["m", "n", "k", "batch", "weights", "group", "median_us"], "rows": gemm},
+        "allreduce": {"columns": ["bytes", "ranks", "median_us"], "rows": ar}}}
+
+
+def test_fit_recovers_the_factors_that_made_the_table() -> None:
+    truth = {"mem_eff_gemm": 0.6, "mma_eff_gemm": 0.9, "floor_gemm_us": 7.0, "nvlink_eff": 0.3}
+    made = H100.model_copy(update={"allreduce_latency_us": 2.5,
+                                   "roofline": RooflineFit(source="test", factors=truth)})
+    result = fit.fit(synthetic(made), H100)
+    for k, v in truth.items():
+        assert result.factors[k] == pytest.approx(v, rel=2e-3)
+    assert result.hardware["allreduce_latency_us"] == pytest.approx(2.5, rel=2e-3)
+    gemm = next(r for r in result.residuals if r.group.startswith("GEMM"))
+    assert gemm.rms_after < 1e-3 < gemm.rms_before and gemm.entries == 40
+
+
+def test_h200_preset_holds_the_fit_of_the_committed_profile() -> None:
+    doc = json.loads((ROOT / "profiles" / "h200-sglang.json").read_text())
+    doc["kernels"] = {"allreduce": doc["kernels"]["allreduce"]}  # the quick group; the rest: phaseplan profile fit
+    result = fit.fit(doc, H200)
+    assert H200.allreduce_latency_us == result.hardware["allreduce_latency_us"]
+    assert H200.roofline is not None and H200.roofline.factors["nvlink_eff"] == result.factors["nvlink_eff"]
+    assert "AIConfigurator" in H200.roofline.source
+    assert H100.roofline is None  # H100 and B200 keep the documented spec derivations
+
+
+def test_fit_refuses_a_modeled_profile_and_unknown_factors() -> None:
+    with pytest.raises(InputError, match="measured profile"):
+        fit.fit_file(ROOT / "profiles" / "h200-modeled.json", H200)
+    bad = H100.model_copy(update={"roofline": RooflineFit(source="x", factors={"mem_eff_gemmm": 0.5})})
+    with pytest.raises(InputError, match="unknown factor"):
+        roofline.op_us("gemm", dict(m=1, n=1024, k=1024, batch=1, weights="bf16", group=0), bad)
+
+
+def test_decode_graph_floor_replaces_the_eager_floor_of_roofline_kernels_in_decode_only() -> None:
+    from simulator.config.scenario import Pool
+    from simulator.config.specs import ModelSpec
+    from simulator.pricing.costmodel import CostModel
+    from simulator.pricing.ops import step_ops
+    from simulator.pricing.profile import Profile
+
+    kimi = ModelSpec(**presets.model("kimi-k2.6"))
+    graphed, eager = Pool(tp=8, weights="int4"), Pool(tp=8, weights="int4", decode_graph_floor_us=None)
+    assert graphed.decode_graph_floor_us == 3.0
+    roof = Profile.roofline(H200)
+    g, e = CostModel(kimi, H200, graphed, roof, True), CostModel(kimi, H200, eager, roof, True)
+    # kernels whose floor is the generic one (no fitted floor on H200): each pays 3 µs instead of 4
+    generic = sum(op.count * roofline.KERNELS.get(op.family, 1) for op in step_ops(kimi, graphed, 8, 4096, (), 512)
+                  if op.family in ("elementwise", "kv_write", "integrity_check"))
+    delta = e.step_s(8, 8 * 4096, 512, []) - g.step_s(8, 8 * 4096, 512, [])
+    assert delta == pytest.approx(generic * (H200.kernel_floor_us - 3.0) * 1e-6, rel=1e-9)
+    # a mixed step (a prefill chunk beside the decode batch) launches eagerly: no difference
+    assert g.step_s(8, 8 * 4096, 512, [(512, 0)]) == e.step_s(8, 8 * 4096, 512, [(512, 0)])
+
+
+def test_a_pools_fp8_read_factor_replaces_the_rooflines_for_that_pool_only() -> None:
+    from simulator.config.scenario import Pool
+    from simulator.config.specs import ModelSpec
+    from simulator.pricing.costmodel import CostModel
+    from simulator.pricing.profile import Profile
+
+    kimi = ModelSpec(**presets.model("kimi-k2.6"))
+    sglang = CostModel(kimi, H200, Pool(tp=8, weights="int4", kv_cache="fp8_e4m3", fp8_kv_read_factor=13.58),
+                       Profile.roofline(H200), False)
+    f, default = roofline.factors(sglang.hw), roofline.factors(H200)
+    assert f.fp8_kv_dequant_factor == 13.58 and default.fp8_kv_dequant_factor == roofline.FP8_KV_DEQUANT_FACTOR
+    assert f.mem_eff_decode_attn == default.mem_eff_decode_attn  # the preset's fitted factors are kept
+    shape = {"heads": 8, "batch": 32, "context": 16384, "kv": "fp8_e4m3", "layout": "flat", "page_size": 64}
+    mem, _, _ = roofline.terms_us("decode_attention_mla", shape, sglang.hw)
+    base, _, _ = roofline.terms_us("decode_attention_mla", shape, H200)
+    assert mem == pytest.approx(base * 13.58 / roofline.FP8_KV_DEQUANT_FACTOR)

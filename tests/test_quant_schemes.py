@@ -1,0 +1,69 @@
+"""Weight quantization schemes as released: GLM-5.2's INT4 default follows Kimi K2's released scheme (routed experts
+INT4 group 32, BF16 scales, the rest BF16); "every linear layer INT4" is a named alternative; capacity names it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from phaseplan.cli import main
+from simulator.capacity import format_rule, weights_bytes_per_gpu
+from simulator.config import presets
+from simulator.config.scenario import Pool
+from simulator.config.specs import ModelSpec
+from simulator.pricing.ops import step_ops
+
+ROOT = Path(__file__).resolve().parents[1]
+GLM5 = ModelSpec(**presets.model("glm-5.2"))
+KIMI = ModelSpec(**presets.model("kimi-k2.6"))
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    cap = capsys.readouterr()
+    return code, cap.err + cap.out
+
+
+def test_glm_int4_default_is_the_released_moe_scheme_and_all_linear_is_named() -> None:
+    released, kimi = format_rule(GLM5, "int4"), format_rule(KIMI, "int4")
+    assert released.components == kimi.components == ["routed_experts"]
+    assert released.group_size == kimi.group_size == 32
+    every = format_rule(GLM5, "int4", "int4-all-linear")
+    assert set(every.components) == {"attention", "dense_ffn", "routed_experts", "shared_experts", "mtp"}
+    assert every.group_size == 128
+    # attention, shared experts and the dense layers stay BF16 in the released scheme: more bytes per GPU
+    default, alt = Pool(tp=8, weights="int4"), Pool(tp=8, weights="int4", weights_scheme="int4-all-linear")
+    assert weights_bytes_per_gpu(GLM5, default) > weights_bytes_per_gpu(GLM5, alt)
+    ops = step_ops(GLM5, default, 4, 4096)
+    assert {op.params["weights"] for op in ops if op.family == "gemm"} == {"bf16"}
+    assert {(op.params["weights"], op.params["group"]) for op in ops if op.family == "moe_gemm"} == {("int4", 32)}
+    ops = step_ops(GLM5, alt, 4, 4096)
+    assert ("int4", 128) in {(op.params["weights"], op.params["group"]) for op in ops if op.family == "gemm"}
+
+
+def test_capacity_names_the_scheme(monkeypatch, capsys) -> None:
+    glm = str(ROOT / "scenarios" / "glm-5.2-weight-formats.yaml")
+    code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--json", "--set", "deployment.decode.weights=int4")
+    assert code == 0, text
+    assert json.loads(text)["pools"]["decode"]["weights_scheme"].startswith("Kimi K2-style INT4")
+    code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--set", "deployment.decode.weights=int4",
+                         "--set", "deployment.decode.weights_scheme=int4-all-linear")
+    assert code == 0 and "int4-all-linear: int4 g128 in every linear layer" in " ".join(text.split()), text
+    kimi = str(ROOT / "scenarios" / "kimi-k2.6-decode.yaml")
+    code, text = run_cli(monkeypatch, capsys, "capacity", kimi, "--json")
+    assert json.loads(text)["pools"]["decode"]["weights_scheme"].startswith("as released (INT4 QAT)")
+
+
+def test_an_unknown_scheme_is_one_line_naming_the_pool(monkeypatch, capsys) -> None:
+    glm = str(ROOT / "scenarios" / "glm-5.2-weight-formats.yaml")
+    code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--set", "deployment.decode.weights_scheme=nope")
+    assert code == 2 and len(text.strip().splitlines()) == 1
+    assert "deployment.decode.weights_scheme" in text and "int4-all-linear" in text
