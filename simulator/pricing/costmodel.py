@@ -457,8 +457,8 @@ class CostModel:
 
     def ops_breakdown(self, ops: list[Op]) -> dict[str, float]:
         """Seconds per op family of a list of ops at the shapes they name (e.g. a verify step and its draft
-        steps, apart); charges no usage."""
-        by_family = self._price_ops([Spec(op.family, op.params, op.count) for op in ops], 1).by_family
+        steps, apart), as a decode-only step runs them (under its CUDA graph); charges no usage."""
+        by_family = self._price_ops([Spec(op.family, op.params, op.count) for op in ops], 1, self.decode_hw).by_family
         return {f: float(us[0]) * 1e-6 for f, us in sorted(by_family.items(), key=lambda kv: -float(kv[1][0]))}
 
     # -- internals ---------------------------------------------------------------------------------------
@@ -559,23 +559,24 @@ class CostModel:
     def _line_pricer(self, line: str) -> Callable[[np.ndarray], _Priced]:
         return lambda xs: self._price_ops(line_ops(self.model, self.pool, line, xs, self.fused_moe), xs.size)
 
-    def _price_ops(self, ops: list[Spec], n: int) -> _Priced:
+    def _price_ops(self, ops: list[Spec], n: int, hw: HardwareSpec | None = None) -> _Priced:
         """Ops whose shape values may be arrays of n step sizes, priced at each (numpy, same per-op arithmetic
-        as `_price`)."""
+        as `_price`); `hw`: the roofline's hardware (default the eager one)."""
+        hw = self.hw if hw is None else hw
         p = _Priced(np.zeros(n), {src: np.zeros(n) for src in SOURCES}, {}, {})
         for op in ops:
             params = op.params
             if op.family in COLLECTIVES:  # a measured table where the profile has one, else the collective model
                 t = self._table_us(op.family, params, n)
                 miss = np.isnan(t)
-                us = np.where(miss, np.broadcast_to(roofline.op_us(op.family, params, self.hw), (n,)), t) * op.count
+                us = np.where(miss, np.broadcast_to(roofline.op_us(op.family, params, hw), (n,)), t) * op.count
                 p.by_source["collective"] += np.where(miss, us, 0.0)
                 p.by_source["table"] += np.where(miss, 0.0, us)
             else:
                 t = self._table_us(op.family, params, n)
                 miss = np.isnan(t)
                 if miss.any():
-                    roof = np.broadcast_to(roofline.op_us(op.family, params, self.hw), (n,))
+                    roof = np.broadcast_to(roofline.op_us(op.family, params, hw), (n,))
                     t = np.where(miss, roof, t)
                     p.fallbacks[op.family] = p.fallbacks.get(op.family, 0) + miss * op.count
                 us = t * op.count
