@@ -25,7 +25,9 @@ from simulator.results.result import simulate
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml"
 SHORT = ("traffic.requests=64",)
-LIMITS = "ttft_p95_ms=3000,tpot_p95_ms=20"
+# At 1 req/s on the fitted H200 roofline (plain runs of this study): TTFT p95 3.5 s whatever the decode pool;
+# TPOT p95 28.5 ms with 1 decode instance, 17.1 ms with 2, so 2 is the fewest that hold 20 ms.
+LIMITS = "ttft_p95_ms=4000,tpot_p95_ms=20"
 
 
 def _meets(sets: tuple[str, ...], slo: SLO) -> bool:
