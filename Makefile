@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 app: $(STAMP)
-	.venv/bin/streamlit run app/streamlit_app.py
+	.venv/bin/phaseplan app
 
 bench: $(STAMP)
 	.venv/bin/phaseplan bench-sim

@@ -237,6 +237,16 @@ def presets() -> None:
 planner.register(cli, scenario_arg, json_option, set_option, console, dump)
 
 
+@cli.command("app")
+@click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
+@click.option("--address", default="localhost", show_default=True, help="Interface to serve on.")
+def app_page(port: int, address: str) -> None:
+    """Serve the planner page (capacity, what-if, compare): Streamlit, headless, usage statistics off."""
+    from phaseplan.app import serve
+
+    serve(port, address)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

@@ -1,56 +1,164 @@
-"""The what-if planner's logic (no UI): overrides are the CLI's, runs are capped, bad knobs are one line."""
+"""The planner page's logic without Streamlit: knobs are `--set` overrides, runs are the CLI's, uploads fail in
+one line, the capacity view's memory adds up, and deltas compare like with like."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import yaml
 
-from app.planner import MAX_REQUESTS, SCENARIOS, WhatIf, headline, load, run, studies
+from app import compare, gpu_memory, knobs, runs, scenario_io
+from simulator.capacity import capacity_report
+from simulator.config import loader
 from simulator.errors import InputError
+from simulator.results.result import simulate
+
+SC = scenario_io.SCENARIOS
 
 
-def test_every_bundled_study_loads_for_the_page() -> None:
-    names = {p.stem for p in studies()}
-    assert {"fleet-disaggregated", "kimi-k2.6-kv-formats", "mooncake-conversation"} <= names
-    for p in studies():
-        sc = load(p)
-        assert sc.traffic.requests is not None and sc.traffic.requests <= MAX_REQUESTS
+def study(name: str) -> scenario_io.Study:
+    return scenario_io.from_path(SC / f"{name}.yaml")
 
 
-def test_what_if_changes_only_what_it_names() -> None:
-    path = SCENARIOS / "fleet-disaggregated.yaml"
-    base = load(path)
-    sc = load(path, WhatIf(rate=0.5, decode_instances=3, kv_cache="bf16", integrity=False, concurrency=9))
-    assert sc.traffic.rate == 0.5 and sc.traffic.concurrency is None  # open-loop study: no clients to set
-    assert sc.deployment.decode.instances == 3 and sc.deployment.decode.kv_cache == "bf16"
-    assert not sc.integrity.enabled
-    assert sc.deployment.prefill == base.deployment.prefill and sc.model == base.model
+def cli_result(name: str, sets: dict[str, object]) -> dict:
+    """What `phaseplan run scenarios/NAME.yaml --set ...` computes, through the CLI's own loader."""
+    path = SC / f"{name}.yaml"
+    sc, _ = loader.load(path, [f"{k}={v}" for k, v in sets.items()])
+    return simulate(sc, path.parent)[0]
 
 
-def test_run_gives_headline_numbers() -> None:
-    path = SCENARIOS / "integrity-overhead.yaml"
-    sc, capacity, result = run(path, WhatIf(concurrency=2))
-    h = headline(result)
-    assert sc.traffic.concurrency == 2
-    assert h["output tok/s"] > 0 and h["max running"] >= 1
-    assert capacity["pools"]["decode"]["fits"]
+def test_every_study_starts_from_its_own_values() -> None:
+    for path in scenario_io.bundled():
+        s = scenario_io.from_path(path)
+        base = knobs.study_values(s.scenario, s.raw)
+        assert knobs.overrides(base, dict(base)) == {}
+        t = s.scenario.traffic
+        if t.trace is None:  # the study's real length distributions, not a stand-in
+            assert knobs.length_value(base["traffic.prompt_tokens"]) == knobs.length_value(t.prompt_tokens)
+        else:
+            assert "traffic.prompt_tokens" not in base and base["traffic.trace_speedup"] == t.trace_speedup
+    prefill = knobs.study_values(study("glm-5.2-prefill").scenario, study("glm-5.2-prefill").raw)
+    assert prefill["traffic.prompt_tokens"] == {"dist": "fixed", "value": 8192}
+    assert prefill["traffic.output_tokens"] == {"dist": "fixed", "value": 1}
 
 
-def test_bad_knob_is_an_input_error() -> None:
-    with pytest.raises(InputError, match="deployment.decode.mem_fraction"):
-        load(SCENARIOS / "fleet-disaggregated.yaml", WhatIf(mem_fraction=1.5))
+def test_moved_knobs_are_exactly_the_cli_overrides() -> None:
+    s = study("fleet-disaggregated")
+    base = knobs.study_values(s.scenario, s.raw)
+    chosen = {**base, "deployment.decode.kv_cache": "bf16", "traffic.rate": 0.5,
+              "traffic.prompt_tokens": {"dist": "lognormal", "median": 2500.0, "sigma": 0.8, "max": 32768}}
+    over = knobs.overrides(base, chosen)
+    assert over == {"deployment.decode.kv_cache": "bf16", "traffic.rate": 0.5}
+    sc = runs.scenario_for(s, over)
+    assert sc.deployment.decode.kv_cache == "bf16" and sc.traffic.rate == 0.5
+    assert sc.deployment.prefill == s.scenario.deployment.prefill
 
 
-def test_page_renders_and_simulates() -> None:
-    """The Streamlit page itself, driven headless (skipped where the `app` extra is not installed)."""
-    testing = pytest.importorskip("streamlit.testing.v1")
-    at = testing.AppTest.from_file(str(SCENARIOS.parent / "app" / "streamlit_app.py"), default_timeout=120)
-    at.run()
-    assert not at.exception
-    at.selectbox[0].set_value(SCENARIOS / "integrity-overhead.yaml").run()
-    at.button[0].click().run()
-    assert not at.exception
-    assert any("MODELED" in i.value for i in at.info)
-    metrics = {m.label: m.value for m in at.metric}
-    assert set(metrics) == {"output tok/s", "tok/s per GPU", "TTFT p95 ms", "TPOT p95 ms", "max running", "preempted",
-                            "SLO", "$ per M tok"}
-    assert float(metrics["output tok/s"].replace(",", "")) > 0
+def test_cap_only_where_a_study_could_run_past_it() -> None:
+    assert runs.capped_sets(study("mooncake-conversation"), {}) == {"traffic.requests": runs.MAX_REQUESTS}
+    assert runs.capped_sets(study("integrity-overhead"), {}) == {}  # 32 requests of its own
+
+
+def test_a_run_is_the_cli_run_and_says_when_the_cap_cut_it() -> None:
+    s = study("integrity-overhead")
+    cache = runs.RunCache()
+    r = runs.run(s, {"traffic.concurrency": 2}, cache)
+    assert r.result == cli_result("integrity-overhead", {"traffic.concurrency": 2})
+    assert not r.capped
+    assert runs.run(s, {"traffic.concurrency": 2}, cache) is r  # same scenario hash: answered from the cache
+    assert runs.lookup(s, {"traffic.concurrency": 3}, cache)[1] is None
+    m = r.result["metrics"]
+    assert r.ttft_ms.size == m["completed"]
+    assert round(float(sorted(r.ttft_ms)[len(r.ttft_ms) // 2]), 1) > 0
+    capped = runs.run(study("fleet-disaggregated"), {"traffic.rate": 12.0}, cap=400)
+    assert capped.capped and capped.result["metrics"]["requests"] == 400
+    whole = runs.run(study("fleet-disaggregated"), {"traffic.rate": 0.2}, cap=400)
+    assert not whole.capped and whole.result["metrics"]["requests"] < 400  # its 300 s ended first
+
+
+def test_waiting_series_counts_requests_before_their_first_token() -> None:
+    r = runs.run(study("integrity-overhead"), {})
+    t, n = r.waiting[:, 0], r.waiting[:, 1]
+    assert t[0] == 0 and t[-1] == pytest.approx(r.result["metrics"]["kv_occupancy"]["series"][-1][0], abs=1e-3)
+    assert n.max() <= r.result["scenario"]["traffic"]["concurrency"] and n.min() >= 0
+
+
+def test_capacity_view_memory_adds_up_and_matches_the_cli() -> None:
+    s = study("kimi-k2.6-decode")
+    sc = s.scenario
+    pool = sc.deployment.decode
+    g = gpu_memory.gpu_memory(sc.model, sc.hardware, pool, "decode")
+    rep = capacity_report(sc)["pools"]["decode"]
+    assert g.kv_tokens == rep["kv_tokens"] == 1_353_134 and g.pages == rep["pages"]
+    assert sum(g.segments().values()) == pytest.approx(sc.hardware.hbm_gib)
+    assert g.headroom_gib == pytest.approx(sc.hardware.hbm_gib * (1 - pool.mem_fraction))
+    assert g.concurrency(16384 + 1024) == g.pages // -(-(16384 + 1024) // 64)
+    by = {(v.weights, v.kv_cache): v for v in gpu_memory.variants(sc.model, sc.hardware, pool)}
+    assert by["int4", "bf16"].kv_tokens == 676_567  # the README's figure; FP8 holds twice the tokens
+    assert by["int4", "fp8_e4m3"].kv_tokens == 1_353_134
+    assert by["int4", "bf16"].weights_gib < by["fp8", "bf16"].weights_gib
+
+
+def test_a_deployment_that_does_not_fit_says_why() -> None:
+    s = study("kimi-k2.6-decode")
+    sc = runs.scenario_for(s, {"hardware": "h100", "deployment.decode.weights": "bf16"})
+    g = gpu_memory.gpu_memory(sc.model, sc.hardware, sc.deployment.decode, "decode")
+    assert not g.fits and g.reason.startswith("does not fit: weights") and g.kv_gib == 0 and g.concurrency(100) == 0
+
+
+def test_deltas_and_curve_points() -> None:
+    a = cli_result("integrity-overhead", {"traffic.concurrency": 1})
+    b = cli_result("integrity-overhead", {"traffic.concurrency": 1, "integrity.enabled": False})
+    rows = {d.label: d for d in compare.deltas(a, b)}
+    out = rows["output throughput"]
+    assert out.change == pytest.approx(out.b - out.a)
+    assert out.a == a["metrics"]["output_tokens_per_s"] and out.b == b["metrics"]["output_tokens_per_s"]
+    assert rows["GPUs"].better is None  # the same fleet
+    assert compare.same_traffic(a, b)
+    c = cli_result("integrity-overhead", {"traffic.concurrency": 2})
+    assert not compare.same_traffic(a, c)
+    pts = compare.curve_points("deployment.decode.kv_cache", ["bf16", "fp8_e4m3"], "traffic.concurrency", [1, 8])
+    assert pts[1] == {"deployment.decode.kv_cache": "bf16", "traffic.concurrency": 8} and len(pts) == 4
+    with pytest.raises(InputError, match="one to three"):
+        compare.curve_points("integrity.enabled", [], "traffic.concurrency", [1])
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        (b"name: x\nmodel: [unclosed\n", r"^upload bad\.yaml: line 3: YAML syntax error"),
+        (b"name: x\nmodel: kimi-k2.6\nbogus: 1\n", r"^upload bad\.yaml: line 3: bogus: unknown key$"),
+        (b"- a list\n", r"^upload bad\.yaml: a scenario must be a YAML mapping"),
+        (b"\xff\xfe", r"^upload bad\.yaml: not UTF-8 text"),
+        (b"#" * (scenario_io.MAX_UPLOAD_BYTES + 1), r"^upload bad\.yaml: 256 KiB is over the 256 KiB"),
+        (b"name: x\nmodel: kimi-k2.6\ntraffic: {trace: /etc/hosts}\n",
+         r"^upload bad\.yaml: traffic\.trace: an uploaded scenario may only name files inside the project"),
+        (b"name: x\nmodel: !!python/object/apply:os.system [echo hi]\n", r"^upload bad\.yaml: .*line 2"),
+    ],
+)
+def test_bad_upload_is_one_line(content: bytes, expect: str) -> None:
+    with pytest.raises(InputError, match=expect) as e:
+        scenario_io.from_upload("bad.yaml", content)
+    assert "\n" not in str(e.value)
+
+
+def test_good_upload_reads_like_a_bundled_study() -> None:
+    path = SC / "mooncake-conversation.yaml"
+    up = scenario_io.from_upload("../../evil name.yaml", path.read_bytes())
+    assert up.label == "upload evil_name.yaml" and up.scenario == study("mooncake-conversation").scenario
+
+
+def test_downloads_reproduce_the_run() -> None:
+    s = study("glm-5.2-prefill")
+    over = {"deployment.prefill.weights": "int4"}
+    text = scenario_io.scenario_yaml(s, over)
+    assert text.startswith("# from scenarios/glm-5.2-prefill.yaml, edited in the phaseplan app; changed: "
+                           "deployment.prefill.weights=int4\n")
+    again = loader.validate(yaml.safe_load(text), "download")
+    assert again == runs.scenario_for(s, over).model_copy(update={"sweep": again.sweep})
+    r = runs.run(s, over)
+    assert json.loads(scenario_io.result_json(r.result)) == cli_result("glm-5.2-prefill", over)
+    rows = scenario_io.results_csv([(over, r.result)]).splitlines()
+    assert rows[0].startswith("deployment.prefill.weights,metrics.output_tokens_per_s")
+    assert rows[1].startswith(f"int4,{r.result['metrics']['output_tokens_per_s']}")

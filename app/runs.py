@@ -1,0 +1,124 @@
+"""Runs from the page: the study plus its overrides, capped for an interactive answer, cached by scenario hash.
+
+A run keeps, beside the Result document, the per-request times the charts need (the Result carries only
+percentiles) and whether the cap cut the study short, so the page can say so next to the numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.scenario_io import Study
+from simulator.config import loader
+from simulator.config.scenario import Scenario
+from simulator.results.result import simulate
+
+MAX_REQUESTS = 3000  # an interactive what-if answers in seconds; `phaseplan run` runs the whole study
+SERIES_POINTS = 120
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulated scenario as the page shows it."""
+
+    key: str  # hash of the resolved scenario (and where its files resolve)
+    study: str
+    overrides: dict[str, Any]  # the knobs moved, without the cap
+    sets: dict[str, Any]  # everything `--set` would need to reproduce it, the cap included
+    result: dict[str, Any]
+    capped: bool  # the cap stopped the run before the study's own end
+    ttft_ms: np.ndarray  # completed requests
+    tpot_ms: np.ndarray  # completed requests with more than one output token
+    waiting: np.ndarray  # (t seconds, requests waiting for their first token) over simulated time
+
+
+def capped_sets(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) -> dict[str, Any]:
+    """The overrides plus `traffic.requests=cap` where the study could run past the cap."""
+    own = study.scenario.traffic.requests
+    sets = dict(overrides)
+    if "traffic.requests" not in sets and (own is None or own > cap):
+        sets["traffic.requests"] = cap
+    return sets
+
+
+def scenario_for(study: Study, sets: dict[str, Any]) -> Scenario:
+    """The study with `sets` applied, validated like `--set` (a bad value is one InputError line)."""
+    data = loader.apply_overrides({k: v for k, v in study.raw.items() if k != "sweep"}, sets)
+    return loader.validate(data, study.label, overridden=frozenset(sets))
+
+
+def scenario_hash(sc: Scenario, study: Study) -> str:
+    doc = {"scenario": sc.model_dump(mode="json"), "base_dir": str(study.base_dir)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RunCache:
+    """The last `size` runs by scenario hash: moving a knob back shows its answer at once."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._runs: OrderedDict[str, Run] = OrderedDict()
+        self._size = size
+
+    def get(self, key: str) -> Run | None:
+        run = self._runs.get(key)
+        if run is not None:
+            self._runs.move_to_end(key)
+        return run
+
+    def put(self, run: Run) -> None:
+        self._runs[run.key] = run
+        self._runs.move_to_end(run.key)
+        while len(self._runs) > self._size:
+            self._runs.popitem(last=False)
+
+
+def lookup(study: Study, overrides: dict[str, Any], cache: RunCache, cap: int = MAX_REQUESTS) -> tuple[str, Run | None]:
+    """The scenario hash for these knobs and its cached run, if any (validation errors raise InputError)."""
+    key = scenario_hash(scenario_for(study, capped_sets(study, overrides, cap)), study)
+    return key, cache.get(key)
+
+
+def run(study: Study, overrides: dict[str, Any], cache: RunCache | None = None, cap: int = MAX_REQUESTS,
+        on_progress: Callable[[int, int], None] | None = None) -> Run:
+    """Simulate the study with `overrides` (or return the cached run); `on_progress(done, cap)` as it goes."""
+    sets = capped_sets(study, overrides, cap)
+    sc = scenario_for(study, sets)
+    key = scenario_hash(sc, study)
+    if cache is not None and (hit := cache.get(key)) is not None:
+        return hit
+    total = sc.traffic.requests or 0
+    tick = (lambda done: on_progress(done, total)) if on_progress is not None else None
+    result, sim = simulate(sc, study.base_dir, on_progress=tick)
+    recs = list(sim.records.values())
+    done = [r for r in recs if r.status == "completed"]
+    out = Run(
+        key=key, study=study.label, overrides=dict(overrides), sets=sets, result=result,
+        capped="traffic.requests" in sets and "traffic.requests" not in overrides
+        and result["metrics"]["requests"] >= sets["traffic.requests"],
+        ttft_ms=np.array([(r.first_token - r.arrival) * 1e3 for r in done]),
+        tpot_ms=np.array([(r.finish - r.first_token) * 1e3 / (r.output - 1) for r in done if r.output > 1]),
+        waiting=_waiting(recs, result["metrics"]["duration_s"]),
+    )
+    if cache is not None:
+        cache.put(out)
+    return out
+
+
+def _waiting(recs: list[Any], span: float) -> np.ndarray:
+    """Requests that have arrived but not yet had their first token (queued or in prefill), over time."""
+    served = [r for r in recs if r.status != "rejected"]
+    if not served:
+        return np.zeros((0, 2))
+    end = min(r.arrival for r in recs) + span  # as the Result measures its span
+    arrivals = np.sort([r.arrival for r in served])
+    firsts = np.sort([r.first_token for r in served if not np.isnan(r.first_token)])
+    grid = np.linspace(0.0, end, SERIES_POINTS + 1)  # the occupancy series' grid
+    count = np.searchsorted(arrivals, grid, side="right") - np.searchsorted(firsts, grid, side="right")
+    return np.column_stack([grid, count])

@@ -1,0 +1,116 @@
+"""Scenarios in and out of the app: bundled studies, uploads, and what the page lets an operator download.
+
+An upload goes through the project's own loader, so its errors are the CLI's one-line errors; it is
+size-limited before parsing, safe-loaded, and may name files (traces, length files, profiles) only inside
+the project folder, since the page runs on someone else's machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.config import loader
+from simulator.config.scenario import Scenario
+from simulator.config.sweep import to_csv
+from simulator.errors import InputError
+from simulator.workload.lengths import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+MAX_UPLOAD_BYTES = 256 * 1024  # a scenario is a page of YAML; anything larger is not one
+
+
+@dataclass(frozen=True)
+class Study:
+    """A scenario the page starts from: the raw mapping (presets still by name), as validated, and its key."""
+
+    label: str  # what the page and error lines call it
+    raw: dict[str, Any]
+    scenario: Scenario
+    base_dir: Path  # where its relative file names resolve
+    key: str  # short hash of the raw mapping: widgets are keyed by it, so they reset when the study changes
+
+
+def bundled() -> list[Path]:
+    return sorted(SCENARIOS.glob("*.yaml"))
+
+
+def _study(label: str, raw: dict[str, Any], lines: dict[tuple[str, ...], int], base_dir: Path) -> Study:
+    scenario = loader.validate(raw, label, lines)
+    digest = hashlib.sha256(json.dumps([label, raw], sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return Study(label, raw, scenario, base_dir, digest)
+
+
+def from_path(path: Path) -> Study:
+    """A scenario file; errors are the loader's lines naming the file."""
+    raw, lines = loader.read_yaml(path)
+    label = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    return _study(label, raw, lines, path.parent)
+
+
+def from_upload(name: str, content: bytes) -> Study:
+    """An uploaded YAML, read as if it sat in `scenarios/` (so `../traces/...` works as in a bundled study)."""
+    label = f"upload {_safe_name(name)}"
+    if len(content) > MAX_UPLOAD_BYTES:
+        raise InputError(f"{label}: {len(content) / 1024:,.0f} KiB is over the {MAX_UPLOAD_BYTES // 1024} KiB "
+                         "an uploaded scenario may have")
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{label}: not UTF-8 text (a scenario is a YAML file)") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scenario.yaml"
+        path.write_bytes(content)
+        try:
+            raw, lines = loader.read_yaml(path)
+        except InputError as e:
+            raise InputError(str(e).replace(str(path), label)) from None
+    study = _study(label, raw, lines, SCENARIOS)
+    _files_inside_project(study)
+    return study
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^\w.\-]", "_", Path(name).name)[:80] or "scenario"
+
+
+def _files_inside_project(study: Study) -> None:
+    """An uploaded scenario may read only the project's files (traces, length files, profiles)."""
+    sc = study.scenario
+    named = [("traffic.trace", sc.traffic.trace), ("traffic.prompt_tokens.file", sc.traffic.prompt_tokens.file),
+             ("traffic.output_tokens.file", sc.traffic.output_tokens.file)]
+    if sc.profile != "roofline":
+        named.append(("profile", sc.profile))
+    for where, value in named:
+        if value is None:
+            continue
+        path = resolve(value, study.base_dir).resolve()
+        if not path.is_relative_to(ROOT):
+            raise InputError(f"{study.label}: {where}: an uploaded scenario may only name files inside the "
+                             f"project folder (got {value!r})")
+
+
+def scenario_yaml(study: Study, overrides: dict[str, Any]) -> str:
+    """The study with the page's changes, as a YAML file `phaseplan run` takes (the interactive cap left out)."""
+    data = loader.apply_overrides(study.raw, overrides)
+    changed = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
+    head = f"# from {study.label}, edited in the phaseplan app; changed: {changed}\n"
+    return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def result_json(result: dict[str, Any]) -> str:
+    """A Result exactly as `phaseplan run --json` prints it."""
+    return json.dumps(result, indent=2, allow_nan=False) + "\n"
+
+
+def results_csv(results: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """(point, Result) pairs as the sweep CSV: one row each, the point's paths first."""
+    return to_csv([{"point": point, **result} for point, result in results])

@@ -1,0 +1,1 @@
+"""The page's views, one module each; they draw what `app/` computes."""

@@ -1,0 +1,121 @@
+"""Compare: a pinned run beside the latest with deltas; curves of up to three configurations over load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app import compare, knobs, runs, scenario_io
+from app.runs import Run
+from app.scenario_io import Study
+from app.views import charts
+from app.views.fmt import num, signed, source_tag
+from app.views.whatif import LOAD_LABELS, run_cache
+from simulator.errors import InputError
+
+CURVE_MAX_REQUESTS = 1000  # per point: a chart of several points still answers in seconds
+VARY: dict[str, list[Any]] = {
+    "deployment.decode.kv_cache": knobs.KV_FORMATS,
+    "deployment.decode.weights": knobs.WEIGHT_FORMATS,
+    "integrity.enabled": [True, False],
+    "prefix_cache.enabled": [True, False],
+    "routing.policy": knobs.ROUTING,
+}
+
+
+def describe(run: Run) -> str:
+    changed = ", ".join(f"{k}={v}" for k, v in run.overrides.items())
+    return f"{run.study} ({changed or 'as written'})"
+
+
+def render(study: Study, overrides: dict[str, Any]) -> None:
+    st.subheader("Pinned vs latest")
+    pinned, latest = st.session_state.get("pinned"), st.session_state.get("latest")
+    if pinned is None:
+        st.info("Run a configuration in What-if and press **Pin for Compare**; then change knobs and run another.")
+    elif latest is None or latest.key == pinned.key:
+        st.info(f"Pinned A = {describe(pinned)}. Change a knob in What-if and run it to compare.")
+    else:
+        _side_by_side(pinned, latest)
+    st.subheader("Curves")
+    _curves(study, overrides)
+
+
+def _side_by_side(a: Run, b: Run) -> None:
+    st.markdown(f"**A (pinned):** {describe(a)}  \n**B (latest):** {describe(b)}")
+    if not compare.same_traffic(a.result, b.result):
+        st.warning("A and B did not serve the same traffic (traffic knobs or seed differ): deltas mix both effects.")
+    rows = compare.deltas(a.result, b.result)
+    st.dataframe([{"figure": d.label, "A": num(d.a, d.unit), "B": num(d.b, d.unit), "B − A": signed(d.change, d.unit),
+                   "change": "–" if d.ratio is None else f"{d.ratio:+.1%}",
+                   "": "" if d.better is None else ("better" if d.better else "worse")}
+                  for d in rows], hide_index=True, height=36 * (len(rows) + 1) + 2)
+    st.caption(f"A: {source_tag(a.result)} · B: {source_tag(b.result)}")
+
+
+def _parse_xs(text: str, integer: bool) -> list[Any]:
+    try:
+        xs = [int(v) if integer else float(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise InputError(f"curves: load values must be {'whole' if integer else ''} numbers, got {text!r}") from None
+    if not xs or any(x <= 0 for x in xs) or len(xs) > 8:
+        raise InputError(f"curves: give 1 to 8 positive load values, got {text!r}")
+    return xs
+
+
+def _default_xs(load: str, own: float) -> str:
+    if load == "traffic.concurrency":
+        return "1, 8, 32"
+    return ", ".join(f"{own * f:g}" for f in (0.5, 1, 2))
+
+
+def _curves(study: Study, overrides: dict[str, Any]) -> None:
+    load = knobs.load_path(study.scenario)
+    x_title, unit = LOAD_LABELS[load]
+    own = overrides.get(load, getattr(study.scenario.traffic, load.split(".")[1]))
+    c1, c2, c3 = st.columns(3)
+    vary = c1.selectbox("configurations differ in", list(VARY), key="curve:vary")
+    options = VARY[vary]
+    values = c2.multiselect("configurations (up to 3)", options, default=options[:2], max_selections=3,
+                            key=f"curve:values:{vary}")
+    text = c3.text_input(f"{x_title}: values", _default_xs(load, own), key=f"curve:xs:{study.key}")
+    st.caption(f"Each point is the What-if configuration with the two fields set, capped at "
+               f"{CURVE_MAX_REQUESTS:,} requests.")
+    try:
+        xs = _parse_xs(text, load == "traffic.concurrency")
+        points = compare.curve_points(vary, values, load, xs)
+        found = [runs.lookup(study, {**overrides, **p}, run_cache(), CURVE_MAX_REQUESTS)[1] for p in points]
+    except InputError as e:
+        st.error(str(e))
+        return
+    if st.button("Run curves", key="curves") and any(r is None for r in found):
+        bar = st.progress(0.0, text="curves…")
+        for i, p in enumerate(points):
+            if found[i] is None:
+                try:
+                    found[i] = runs.run(study, {**overrides, **p}, run_cache(), CURVE_MAX_REQUESTS)
+                except InputError as e:
+                    bar.empty()
+                    st.error(str(e))
+                    return
+            bar.progress((i + 1) / len(points), text=f"curves: point {i + 1} of {len(points)}")
+        bar.empty()
+    if any(r is None for r in found):
+        st.info(f"{sum(r is None for r in found)} of {len(points)} points not run yet: press **Run curves**.")
+        return
+    rows = [{"configuration": f"{vary.split('.')[-1]}={p[vary]}", "x": p[load],
+             "output tok/s": r.result["metrics"]["output_tokens_per_s"],
+             "TPOT p95 ms": r.result["metrics"]["tpot_ms"]["p95"], "TTFT p95 ms": r.result["metrics"]["ttft_ms"]["p95"]}
+            for p, r in zip(points, found, strict=True) if r is not None]
+    x_axis = f"{x_title} ({unit})"
+    a, b, c = st.columns(3)
+    a.altair_chart(charts.curves(rows, x_axis, "output tok/s", "output throughput (tok/s)"))
+    b.altair_chart(charts.curves(rows, x_axis, "TPOT p95 ms", "TPOT p95 (ms)"))
+    c.altair_chart(charts.curves(rows, x_axis, "TTFT p95 ms", "TTFT p95 (ms)"))
+    capped = sum(r.capped for r in found if r is not None)
+    st.caption(f"{source_tag(found[0].result)}" + (f" · {capped} point(s) stopped at the "  # type: ignore[union-attr]
+                                                   f"{CURVE_MAX_REQUESTS:,}-request cap" if capped else ""))
+    st.download_button("curve points (CSV)", scenario_io.results_csv(
+        [(p, r.result) for p, r in zip(points, found, strict=True) if r is not None]),
+        file_name="curves.csv", mime="text/csv", key="dl-curves")

@@ -1,0 +1,46 @@
+"""Numbers as the page prints them: with their unit, grouped thousands, no raw floats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def num(value: Any, unit: str = "") -> str:
+    """`value` with `unit`; None (nothing to measure, e.g. no request finished) is a dash."""
+    if value is None:
+        return "–"
+    if unit == "%":
+        return f"{value:.1%}"
+    if unit == "$/M tok":
+        return f"${value:,.3f} /M tok"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, int):
+        text = f"{value:,}"
+    elif abs(value) >= 100:
+        text = f"{value:,.0f}"
+    elif abs(value) >= 10:
+        text = f"{value:,.1f}"
+    else:
+        text = f"{value:.3g}"
+    return f"{text} {unit}".rstrip()
+
+
+def signed(value: float | None, unit: str = "") -> str:
+    """A change: its sign always shown."""
+    if value is None:
+        return "–"
+    if unit == "%":
+        return f"{value * 100:+.1f} pt"
+    if unit == "$/M tok":
+        return f"{value:+,.3f} $/M tok"
+    text = num(abs(value), unit)
+    return ("+" if value >= 0 else "−") + text
+
+
+def source_tag(result: dict[str, Any]) -> str:
+    """A short tag for a metric's help text."""
+    p = result["provenance"]
+    if p.get("profile_source") == "measured":
+        return f"measured profile on {p.get('device')} ({p.get('file')})"
+    return f"modeled ({p.get('device')}, {p.get('file') or 'roofline'}); no kernel measured"

@@ -1,0 +1,32 @@
+"""`phaseplan app`: the planner page served by Streamlit, headless and with usage statistics off.
+
+The command line is built here once, so `make app`, the verb and the browser test serve the page the same way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import click
+
+PAGE = Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"
+MAX_UPLOAD_MB = 1  # the browser refuses bigger files; the page itself takes at most 256 KiB of scenario
+
+
+def command(port: int, address: str = "localhost") -> list[str]:
+    """The `streamlit run` command line that serves the page on `address:port`."""
+    return [sys.executable, "-m", "streamlit", "run", str(PAGE), "--server.headless", "true",
+            "--server.port", str(port), "--server.address", address, "--browser.gatherUsageStats", "false",
+            "--server.maxUploadSize", str(MAX_UPLOAD_MB)]
+
+
+def serve(port: int, address: str) -> None:
+    """Replace this process by the Streamlit server (Ctrl-C stops it)."""
+    if importlib.util.find_spec("streamlit") is None:
+        raise click.ClickException("the app needs Streamlit: pip install -e '.[app]'")
+    click.echo(f"phaseplan planner on http://{address}:{port} (Ctrl-C stops it)", err=True)
+    cmd = command(port, address)
+    os.execv(cmd[0], cmd)
