@@ -81,8 +81,9 @@ def test_capacity_view_shows_the_memory_accounting() -> None:
     shown = metrics(at)
     assert shown["KV tokens per instance"] == num(rep["pools"]["decode"]["kv_tokens"]) == "1,353,134"
     assert shown["weights per GPU"] == num(rep["pools"]["decode"]["weights_gib_per_gpu"], "GiB")
-    table = at.dataframe[0].value
-    tokens = dict(zip(zip(table["weights"], table["KV cache"]), table["KV tokens/instance"], strict=True))
+    table = at.table[0].value
+    tokens = {(w, kv): t for w, kv, t in zip(table["weights"], table["KV cache"], table["KV tokens/instance"],
+                                             strict=True)}
     assert tokens["int4", "bf16"] == "676,567" and tokens["int4", "fp8_e4m3"] == "1,353,134"
     at.selectbox(key=key("kimi-k2.6-decode", "hardware")).set_value("h100").run()
     at.selectbox(key=key("kimi-k2.6-decode", "deployment.decode.weights")).set_value("bf16").run()
@@ -98,9 +99,10 @@ def test_compare_bf16_and_fp8_side_by_side() -> None:
     at.button(key="run").click().run()
     assert not at.exception
     bf16, fp8 = cli(name)["metrics"], cli(name, "deployment.decode.kv_cache=fp8_e4m3")["metrics"]
-    table = at.dataframe[-1].value
+    table = at.table[-1].value
     row = table[table["figure"] == "output throughput"].iloc[0]
-    assert row["A"] == num(bf16["output_tokens_per_s"], "tok/s") and row["B"] == num(fp8["output_tokens_per_s"], "tok/s")
+    assert row["A"] == num(bf16["output_tokens_per_s"], "tok/s")
+    assert row["B"] == num(fp8["output_tokens_per_s"], "tok/s")
     occ = table[table["figure"] == "KV occupancy max"].iloc[0]
     assert occ["A"] == num(bf16["kv_occupancy"]["max"], "%") and occ["B"] == num(fp8["kv_occupancy"]["max"], "%")
     assert not at.warning  # the same traffic on both sides

@@ -67,10 +67,11 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
             a.metric("weights per GPU", num(g.weights_gib, "GiB"))
             b.metric("KV pool per GPU", num(g.kv_gib, "GiB"))
             a.metric("KV tokens per instance", num(g.kv_tokens))
-            b.metric(f"KV pages per instance ({g.page_size} tokens each)", num(g.pages))
+            b.metric(f"KV pages per instance (× {g.page_size})", num(g.pages))
             fit = g.concurrency(ctx)
-            a.metric(f"requests of {ctx:,} tokens that fit in the pool", num(fit * pool.instances),
-                     help=f"{fit:,} per instance × {pool.instances} instances; the scheduler also caps an instance "
+            a.metric(f"concurrency at {ctx:,} tokens", num(fit * pool.instances),
+                     help=f"requests whose KV fits at once in the pool: {fit:,} per instance × {pool.instances} "
+                          "instances; the scheduler also caps an instance "
                           f"at max_running = {pool.max_running}")
             b.metric("KV bytes per token per GPU", num(g.kv_bytes_per_token, "B"))
     st.altair_chart(charts.memory_bars(list(gpus.values())))
@@ -81,7 +82,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
                  f"mem_fraction {pool.mem_fraction:.2f})")
     st.caption("BF16 vs FP8 KV cache and FP8 vs INT4 weights for the same deployment; everything else as above.")
     vs = gpu_memory.variants(model, hw, pool)
-    st.dataframe([{
+    st.table([{
         "weights": v.weights, "KV cache": v.kv_cache, "weights GiB/GPU": num(v.weights_gib),
         "KV pool GiB/GPU": num(v.kv_gib), "KV tokens/instance": num(v.kv_tokens), "pages": num(v.pages),
         f"requests of {ctx:,} tokens/instance": num(v.concurrency(ctx)),

@@ -54,4 +54,5 @@ def curves(rows: list[dict[str, Any]], x_title: str, y: str, y_title: str) -> al
     """One line per configuration over the load axis."""
     return alt.Chart(pd.DataFrame(rows)).mark_line(point=True).encode(
         x=alt.X("x:Q", title=x_title), y=alt.Y(f"{y}:Q", title=y_title),
-        color=alt.Color("configuration:N", title=None), tooltip=["configuration", "x", y])
+        color=alt.Color("configuration:N", title=None, legend=alt.Legend(orient="bottom", columns=1)),
+        tooltip=["configuration", "x", y])
