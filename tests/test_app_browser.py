@@ -1,14 +1,16 @@
 """End to end in a real browser: the page served on localhost, Debian's chromium driven by Playwright through the
-capacity, what-if and compare views, checking the numbers against the simulator; it saves the README's
-screenshots (docs/img/). Skipped where chromium or Playwright is missing, unless PHASEPLAN_REQUIRE_BROWSER=1
-(CI), which makes that a failure."""
+capacity, what-if and compare views, checking the numbers against the simulator, with a screenshot of each view
+(into $PHASEPLAN_SCREENSHOTS, else the test's temporary folder: `PHASEPLAN_SCREENSHOTS=docs/img` refreshes the
+README's). Skipped where chromium or Playwright is missing, unless PHASEPLAN_REQUIRE_BROWSER=1 (CI), which makes
+that a failure."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-from browser import ROOT, choose, chromium, metric, missing, served, snapshot
+from browser import choose, chromium, metric, missing, served, snapshot
 
 from app import scenario_io
 from app.views.fmt import num
@@ -17,7 +19,6 @@ from simulator.config import loader
 from simulator.results.result import simulate
 
 STUDY = "kimi-k2.6-kv-formats"
-IMG = ROOT / "docs" / "img"
 
 
 def expected(*sets: str) -> dict:
@@ -25,7 +26,7 @@ def expected(*sets: str) -> dict:
     return simulate(loader.load(path, sets)[0], path.parent)[0]["metrics"]
 
 
-def test_capacity_whatif_compare_in_chromium() -> None:
+def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
     reason = missing()
     if reason:
         if os.environ.get("PHASEPLAN_REQUIRE_BROWSER") == "1":
@@ -33,7 +34,8 @@ def test_capacity_whatif_compare_in_chromium() -> None:
         pytest.skip(reason)
     bf16, fp8 = expected(), expected("deployment.decode.kv_cache=fp8_e4m3")
     kv_tokens = capacity_report(scenario_io.from_path(scenario_io.SCENARIOS / f"{STUDY}.yaml").scenario)
-    IMG.mkdir(parents=True, exist_ok=True)
+    img = Path(os.environ.get("PHASEPLAN_SCREENSHOTS") or tmp_path)
+    img.mkdir(parents=True, exist_ok=True)
     with served() as url, chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(60_000)
@@ -41,7 +43,7 @@ def test_capacity_whatif_compare_in_chromium() -> None:
 
         metric(page, "KV tokens per instance", num(kv_tokens["pools"]["decode"]["kv_tokens"]))
         assert "676,567" in page.inner_text("body")  # the BF16-cache row of the side-by-side table
-        snapshot(page, IMG / "app-capacity.png")
+        snapshot(page, img / "app-capacity.png")
 
         page.get_by_role("tab", name="What-if").click()
         metric(page, "output throughput", num(bf16["output_tokens_per_s"], "tok/s"))
@@ -53,7 +55,7 @@ def test_capacity_whatif_compare_in_chromium() -> None:
         metric(page, "output throughput", num(fp8["output_tokens_per_s"], "tok/s"))
         metric(page, "TPOT p95", num(fp8["tpot_ms"]["p95"], "ms"))
         assert "MODELED" in page.inner_text("body")
-        snapshot(page, IMG / "app-whatif.png")
+        snapshot(page, img / "app-whatif.png")
 
         page.get_by_role("tab", name="Compare & curves").click()
         table = page.locator("[data-testid=stTable]").filter(has_text="B − A").first
@@ -62,4 +64,4 @@ def test_capacity_whatif_compare_in_chromium() -> None:
         assert num(bf16["output_tokens_per_s"], "tok/s") in row and num(fp8["output_tokens_per_s"], "tok/s") in row
         page.locator(".st-key-curves button").click()
         page.get_by_text("curve points (CSV)").wait_for(timeout=180_000)
-        snapshot(page, IMG / "app-compare.png")
+        snapshot(page, img / "app-compare.png")

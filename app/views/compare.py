@@ -48,7 +48,7 @@ def _side_by_side(a: Run, b: Run) -> None:
         st.warning("A and B did not serve the same traffic (traffic knobs or seed differ): deltas mix both effects.")
     rows = compare.deltas(a.result, b.result)
     st.table([{"figure": d.label, "A": num(d.a, d.unit), "B": num(d.b, d.unit), "B − A": signed(d.change, d.unit),
-                   "change": "–" if d.ratio is None else f"{d.ratio:+.1%}",
+                   "change": "–" if d.ratio is None else f"{d.ratio:+.1%}".replace("-", "−"),
                    "": "" if d.better is None else ("better" if d.better else "worse")}
               for d in rows], hide_index=True)
     st.caption(f"A: {source_tag(a.result)} · B: {source_tag(b.result)}")

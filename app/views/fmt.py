@@ -31,11 +31,10 @@ def signed(value: float | None, unit: str = "") -> str:
     if value is None:
         return "–"
     if unit == "%":
-        return f"{value * 100:+.1f} pt"
+        return f"{value * 100:+.1f} pt".replace("-", "−")
     if unit == "$/M tok":
-        return f"{value:+,.3f} $/M tok"
-    text = num(abs(value), unit)
-    return ("+" if value >= 0 else "−") + text
+        return f"{value:+,.3f} $/M tok".replace("-", "−")
+    return ("+" if value >= 0 else "−") + num(abs(value), unit)
 
 
 def source_tag(result: dict[str, Any]) -> str:
