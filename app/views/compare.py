@@ -72,7 +72,7 @@ def _default_xs(load: str, own: float) -> str:
 
 def _curves(study: Study, overrides: dict[str, Any]) -> None:
     load = knobs.load_path(study.scenario)
-    x_title, unit = LOAD_LABELS[load]
+    x_title = LOAD_LABELS[load][0]
     own = overrides.get(load, getattr(study.scenario.traffic, load.split(".")[1]))
     c1, c2, c3 = st.columns(3)
     vary = c1.selectbox("configurations differ in", list(VARY), key="curve:vary")
@@ -101,21 +101,27 @@ def _curves(study: Study, overrides: dict[str, Any]) -> None:
                     return
             bar.progress((i + 1) / len(points), text=f"curves: point {i + 1} of {len(points)}")
         bar.empty()
-    if any(r is None for r in found):
-        st.info(f"{sum(r is None for r in found)} of {len(points)} points not run yet: press **Run curves**.")
+    done = [r for r in found if r is not None]
+    if len(done) < len(points):
+        st.info(f"{len(points) - len(done)} of {len(points)} points not run yet: press **Run curves**.")
         return
+    _draw_curves(points, done, vary, load)
+
+
+def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load: str) -> None:
+    x_title, unit = LOAD_LABELS[load]
     rows = [{"configuration": f"{vary.split('.')[-1]}={p[vary]}", "x": p[load],
              "output tok/s": r.result["metrics"]["output_tokens_per_s"],
              "TPOT p95 ms": r.result["metrics"]["tpot_ms"]["p95"], "TTFT p95 ms": r.result["metrics"]["ttft_ms"]["p95"]}
-            for p, r in zip(points, found, strict=True) if r is not None]
+            for p, r in zip(points, done, strict=True)]
     x_axis = f"{x_title} ({unit})"
     a, b, c = st.columns(3)
     a.altair_chart(charts.curves(rows, x_axis, "output tok/s", "output throughput (tok/s)"))
     b.altair_chart(charts.curves(rows, x_axis, "TPOT p95 ms", "TPOT p95 (ms)"))
     c.altair_chart(charts.curves(rows, x_axis, "TTFT p95 ms", "TTFT p95 (ms)"))
-    capped = sum(r.capped for r in found if r is not None)
-    st.caption(f"{source_tag(found[0].result)}" + (f" · {capped} point(s) stopped at the "  # type: ignore[union-attr]
-                                                   f"{CURVE_MAX_REQUESTS:,}-request cap" if capped else ""))
-    st.download_button("curve points (CSV)", scenario_io.results_csv(
-        [(p, r.result) for p, r in zip(points, found, strict=True) if r is not None]),
-        file_name="curves.csv", mime="text/csv", key="dl-curves")
+    capped = sum(r.capped for r in done)
+    cut = f" · {capped} point(s) stopped at the {CURVE_MAX_REQUESTS:,}-request cap" if capped else ""
+    st.caption(source_tag(done[0].result) + cut)
+    st.download_button("curve points (CSV)", scenario_io.results_csv([(p, r.result) for p, r in zip(points, done,
+                                                                                                     strict=True)]),
+                       file_name="curves.csv", mime="text/csv", key="dl-curves")
