@@ -7,15 +7,17 @@ study equal to the CLI's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from simulator.config import presets
-from simulator.config.scenario import Length, Scenario
+from simulator.config.scenario import Length, Routing, Scenario
+from simulator.config.specs import KVFormat, WeightFormat
 
 POOL_FIELDS = ("instances", "tp", "ep", "weights", "kv_cache", "mem_fraction")
-WEIGHT_FORMATS = ["bf16", "fp8", "int4"]
-KV_FORMATS = ["bf16", "fp8_e4m3"]
-ROUTING = ["round_robin", "least_kv", "session_affinity", "prefix_aware"]
+# The choices are the schema's own, so a format or policy the simulator gains shows up in the page.
+WEIGHT_FORMATS: list[str] = list(get_args(WeightFormat))
+KV_FORMATS: list[str] = list(get_args(KVFormat))
+ROUTING: list[str] = list(get_args(Routing.model_fields["policy"].annotation))
 LENGTH_DISTS = ["fixed", "uniform", "lognormal"]  # empirical lengths come from a file the page does not edit
 
 
