@@ -162,3 +162,13 @@ def test_downloads_reproduce_the_run() -> None:
     rows = scenario_io.results_csv([(over, r.result)]).splitlines()
     assert rows[0].startswith("deployment.prefill.weights,metrics.output_tokens_per_s")
     assert rows[1].startswith(f"int4,{r.result['metrics']['output_tokens_per_s']}")
+
+
+def test_the_app_verb_serves_headless_without_usage_statistics() -> None:
+    from phaseplan.app import PAGE, command
+
+    cmd = command(8600)
+    assert cmd[cmd.index("run") + 1] == str(PAGE) and PAGE.is_file()
+    flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2], strict=True))
+    assert flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
+    assert flags["--server.address"] == "localhost" and flags["--server.port"] == "8600"
