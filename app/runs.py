@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import numpy as np
 from app.scenario_io import Study
 from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.errors import InputError
 from simulator.results.result import simulate
 
 MAX_REQUESTS = 3000  # an interactive what-if answers in seconds; `phaseplan run` runs the whole study
@@ -60,23 +62,56 @@ def scenario_hash(sc: Scenario, study: Study) -> str:
 
 
 class RunCache:
-    """The last `size` runs by scenario hash: moving a knob back shows its answer at once."""
+    """The last `size` runs by scenario hash: moving a knob back shows its answer at once. Shared by the page's
+    sessions and its background batches, hence the lock."""
 
     def __init__(self, size: int = 64) -> None:
         self._runs: OrderedDict[str, Run] = OrderedDict()
         self._size = size
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> Run | None:
-        run = self._runs.get(key)
-        if run is not None:
-            self._runs.move_to_end(key)
-        return run
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                self._runs.move_to_end(key)
+            return run
 
     def put(self, run: Run) -> None:
-        self._runs[run.key] = run
-        self._runs.move_to_end(run.key)
-        while len(self._runs) > self._size:
-            self._runs.popitem(last=False)
+        with self._lock:
+            self._runs[run.key] = run
+            self._runs.move_to_end(run.key)
+            while len(self._runs) > self._size:
+                self._runs.popitem(last=False)
+
+
+class Batch:
+    """Runs simulated one after another in a worker thread, into `cache`; the page polls `done` and redraws.
+
+    The page stays usable while a curve's points run; a bad point stops the batch with its one-line error.
+    """
+
+    def __init__(self, study: Study, points: list[dict[str, Any]], cache: RunCache, cap: int) -> None:
+        self.total, self.done, self.error = len(points), 0, None
+        self._args = (study, points, cache, cap)
+        self._thread = threading.Thread(target=self._work, name="phaseplan-batch", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        study, points, cache, cap = self._args
+        try:
+            for p in points:
+                run(study, p, cache, cap)
+                self.done += 1
+        except InputError as e:
+            self.error = str(e)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def wait(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
 
 
 def lookup(study: Study, overrides: dict[str, Any], cache: RunCache, cap: int = MAX_REQUESTS) -> tuple[str, Run | None]:

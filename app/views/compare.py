@@ -89,23 +89,30 @@ def _curves(study: Study, overrides: dict[str, Any]) -> None:
     except InputError as e:
         st.error(str(e))
         return
-    if st.button("Run curves", key="curves") and any(r is None for r in found):
-        bar = st.progress(0.0, text="curves…")
-        for i, p in enumerate(points):
-            if found[i] is None:
-                try:
-                    found[i] = runs.run(study, {**overrides, **p}, run_cache(), CURVE_MAX_REQUESTS)
-                except InputError as e:
-                    bar.empty()
-                    st.error(str(e))
-                    return
-            bar.progress((i + 1) / len(points), text=f"curves: point {i + 1} of {len(points)}")
-        bar.empty()
+    job: runs.Batch | None = st.session_state.get("curve-job")
+    todo = [{**overrides, **p} for p, r in zip(points, found, strict=True) if r is None]
+    if st.button("Run curves", key="curves") and todo and not (job and job.running):
+        job = st.session_state["curve-job"] = runs.Batch(study, todo, run_cache(), CURVE_MAX_REQUESTS)
+    if job is not None and job.running:
+        _progress(job)
+        return
+    if job is not None and job.error:
+        st.error(job.error)
     done = [r for r in found if r is not None]
     if len(done) < len(points):
         st.info(f"{len(points) - len(done)} of {len(points)} points not run yet: press **Run curves**.")
         return
     _draw_curves(points, done, vary, load)
+
+
+@st.fragment(run_every=1.0)
+def _progress(job: runs.Batch) -> None:
+    """While the batch runs in the background: its progress, polled each second; the whole page when done."""
+    if job.running:
+        st.progress(job.done / job.total, text=f"curves: {job.done} of {job.total} points simulated (in the "
+                                                "background: the page stays usable)")
+    else:
+        st.rerun()
 
 
 def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load: str) -> None:
