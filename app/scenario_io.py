@@ -26,6 +26,7 @@ from simulator.workload.lengths import resolve
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 MAX_UPLOAD_BYTES = 256 * 1024  # a scenario is a page of YAML; anything larger is not one
+MAX_UPLOAD_DEPTH = 32  # a scenario nests a few levels; a deep file is built to exhaust the parser
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,10 @@ def from_upload(name: str, content: bytes) -> Study:
         raise InputError(f"{label}: {len(content) / 1024:,.0f} KiB is over the {MAX_UPLOAD_BYTES // 1024} KiB "
                          "an uploaded scenario may have")
     try:
-        content.decode("utf-8")
+        text = content.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(f"{label}: not UTF-8 text (a scenario is a YAML file)") from None
+    _plain_yaml(label, text)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "scenario.yaml"
         path.write_bytes(content)
@@ -76,6 +78,25 @@ def from_upload(name: str, content: bytes) -> Study:
     study = _study(label, raw, lines, SCENARIOS)
     _files_inside_project(study)
     return study
+
+
+def _plain_yaml(label: str, text: str) -> None:
+    """No anchors or aliases (a few lines of them expand to gigabytes) and no deep nesting in an upload."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                line = event.start_mark.line + 1
+                raise InputError(f"{label}: line {line}: YAML anchors and aliases are not accepted in an upload")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_UPLOAD_DEPTH:
+                    line = event.start_mark.line + 1
+                    raise InputError(f"{label}: line {line}: nested deeper than {MAX_UPLOAD_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return  # the loader reports a syntax error with its own line
 
 
 def _safe_name(name: str) -> str:

@@ -135,6 +135,8 @@ def test_deltas_and_curve_points() -> None:
         (b"name: x\nmodel: kimi-k2.6\ntraffic: {trace: /etc/hosts}\n",
          r"^upload bad\.yaml: traffic\.trace: an uploaded scenario may only name files inside the project"),
         (b"name: x\nmodel: !!python/object/apply:os.system [echo hi]\n", r"^upload bad\.yaml: .*line 2"),
+        (b"a: &a [1, 1]\nb: &b [*a, *a]\nc: [*b, *b]\n", r"^upload bad\.yaml: line 1: YAML anchors and aliases"),
+        (b"x: " + b"[" * 40 + b"]" * 40 + b"\n", r"^upload bad\.yaml: line 1: nested deeper than 32 levels"),
     ],
 )
 def test_bad_upload_is_one_line(content: bytes, expect: str) -> None:
