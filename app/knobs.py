@@ -19,6 +19,12 @@ WEIGHT_FORMATS: list[str] = list(get_args(WeightFormat))
 KV_FORMATS: list[str] = list(get_args(KVFormat))
 ROUTING: list[str] = list(get_args(Routing.model_fields["policy"].annotation))
 LENGTH_DISTS = ["fixed", "uniform", "lognormal"]  # empirical lengths come from a file the page does not edit
+# The load knob of each kind of traffic: its label and unit.
+LOAD_LABELS = {
+    "traffic.concurrency": ("closed-loop clients", "clients"),
+    "traffic.rate": ("arrival rate (new requests or conversations per s)", "req/s"),
+    "traffic.trace_speedup": ("trace speed-up (× the recorded arrival rate)", "×"),
+}
 
 
 def load_path(sc: Scenario) -> str:

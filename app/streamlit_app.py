@@ -19,15 +19,20 @@ st.title("phaseplan planner")
 study = sidebar.pick_study()
 base = knobs.study_values(study.scenario, study.raw)
 deployment = sidebar.deployment_knobs(study, base)
+overrides = knobs.overrides(base, {**deployment, **sidebar.traffic_knobs(study, base)})
 st.caption(f"**{study.label}** · {study.scenario.name} · every simulated number is labelled with the profile that "
            "priced it (modeled or measured); capacity figures are memory arithmetic")
 
-tab_capacity, tab_whatif, tab_compare = st.tabs(["Capacity", "What-if", "Compare & curves"])
-with tab_capacity:
-    capacity.render(study, knobs.overrides(base, deployment))
-with tab_whatif:
-    chosen = {**deployment, **whatif.traffic_knobs(study, base)}
-    overrides = knobs.overrides(base, chosen)
-    whatif.render(study, overrides)
-with tab_compare:
-    compare.render(study, overrides)
+# Only the open view runs (switching views reruns the page): a view's charts cost the browser seconds to draw.
+views = ["Capacity", "What-if", "Compare & curves"]
+first = st.query_params.get("view")  # ?view=What-if links straight to a view
+tabs = st.tabs(views, key="view", on_change="rerun", default=first if first in views else None)
+with tabs[0]:
+    if tabs[0].open:
+        capacity.render(study, knobs.overrides(base, deployment))
+with tabs[1]:
+    if tabs[1].open:
+        whatif.render(study, overrides)
+with tabs[2]:
+    if tabs[2].open:
+        compare.render(study, overrides)

@@ -1,9 +1,9 @@
 """Time to first result in the page, per bundled study (a measurement, not a test: `python tests/app_first_result.py`).
 
-For each study: a fresh server (`phaseplan app`'s command), a headless Debian chromium opening `?study=NAME` on the
-What-if tab, and the seconds until its first headline number shows — the study's default run included. Then the
-same in a second tab, when the run is answered from the cache: what is left is the page itself. Last, the
-simulation alone in this process (`app.runs.run`, warm), for scale.
+For each study: a fresh server (`phaseplan app`'s command), a headless Debian chromium opening
+`?study=NAME&view=What-if`, and the seconds until its first headline number shows — the study's default run
+included. Then the same in a second tab, when the run is answered from the cache: what is left is the page
+itself. Last, the simulation alone in this process (`app.runs.run`, warm), for scale.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from app import runs, scenario_io
 def first_result(browser: object, url: str, study: str) -> float:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
     start = time.perf_counter()
-    page.goto(f"{url}/?study={study}")
-    page.get_by_role("tab", name="What-if").click(timeout=300_000)
+    page.goto(f"{url}/?study={study}&view=What-if")
     page.locator("[data-testid=stMetric]").filter(has_text="output throughput").first.wait_for(timeout=300_000)
     took = time.perf_counter() - start
     page.close()

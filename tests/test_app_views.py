@@ -21,12 +21,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = str(ROOT / "app" / "streamlit_app.py")
 
 
-def page(study: str) -> testing.AppTest:
+def page(study: str, view: str | None = None) -> testing.AppTest:
     at = testing.AppTest.from_file(PAGE, default_timeout=180)
     at.query_params["study"] = study
+    if view is not None:
+        at.query_params["view"] = view
     at.run()
     assert not at.exception, at.exception
     return at
+
+
+def open_view(at: testing.AppTest, view: str) -> None:
+    """What clicking a tab does: only the open view runs."""
+    at.session_state["view"] = view
+    at.run()
+    assert not at.exception, at.exception
 
 
 def key(study: str, path: str) -> str:
@@ -43,7 +52,7 @@ def cli(name: str, *sets: str) -> dict:
 
 
 def test_default_run_of_a_capped_study_is_phaseplan_run_under_the_same_cap() -> None:
-    at = page("mooncake-conversation")
+    at = page("mooncake-conversation", "What-if")
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "phaseplan"), "run", "scenarios/mooncake-conversation.yaml", "--json",
          "--set", f"traffic.requests={runs.MAX_REQUESTS}"],
@@ -61,7 +70,7 @@ def test_default_run_of_a_capped_study_is_phaseplan_run_under_the_same_cap() -> 
 
 
 def test_knobs_start_at_the_study_and_reset_when_it_changes() -> None:
-    at = page("kimi-k2.6-kv-formats")
+    at = page("kimi-k2.6-kv-formats", "What-if")
     kv = key("kimi-k2.6-kv-formats", "deployment.decode.kv_cache")
     assert at.selectbox(key=kv).value == "bf16"
     at.selectbox(key=kv).set_value("fp8_e4m3").run()
@@ -93,11 +102,12 @@ def test_capacity_view_shows_the_memory_accounting() -> None:
 
 def test_compare_bf16_and_fp8_side_by_side() -> None:
     name = "kimi-k2.6-kv-formats"
-    at = page(name)
+    at = page(name, "What-if")
     at.button(key="pin").click().run()
     at.selectbox(key=key(name, "deployment.decode.kv_cache")).set_value("fp8_e4m3").run()
     at.button(key="run").click().run()
     assert not at.exception
+    open_view(at, "Compare & curves")
     bf16, fp8 = cli(name)["metrics"], cli(name, "deployment.decode.kv_cache=fp8_e4m3")["metrics"]
     table = at.table[-1].value
     row = table[table["figure"] == "output throughput"].iloc[0]
@@ -110,7 +120,7 @@ def test_compare_bf16_and_fp8_side_by_side() -> None:
 
 def test_curves_run_every_point_in_the_background() -> None:
     name = "integrity-overhead"
-    at = page(name)
+    at = page(name, "Compare & curves")
     at.selectbox(key="curve:vary").set_value("integrity.enabled").run()
     at.text_input(key=f"curve:xs:{scenario_io.from_path(scenario_io.SCENARIOS / f'{name}.yaml').key}") \
         .set_value("1, 2").run()
@@ -125,7 +135,7 @@ def test_curves_run_every_point_in_the_background() -> None:
 
 
 def test_bad_upload_shows_its_line_and_the_next_good_one_works() -> None:
-    at = page("integrity-overhead")
+    at = page("integrity-overhead", "What-if")
     before = metrics(at)["output throughput"]
     at.sidebar.file_uploader[0].set_value(("broken.yaml", b"name: x\nmodel: kimi-k2.6\nbogus: 1\n", "text/yaml")).run()
     assert [e.value for e in at.sidebar.error] == ["upload broken.yaml: line 3: bogus: unknown key"]
@@ -133,5 +143,6 @@ def test_bad_upload_shows_its_line_and_the_next_good_one_works() -> None:
     good = (scenario_io.SCENARIOS / "kimi-k2.6-decode.yaml").read_bytes()
     at.sidebar.file_uploader[0].set_value(("mine.yaml", good, "text/yaml")).run()
     assert not at.sidebar.error and any("using upload mine.yaml" in s.value for s in at.sidebar.success)
-    assert metrics(at)["KV tokens per instance"] == "1,353,134"
     assert metrics(at)["output throughput"] == num(cli("kimi-k2.6-decode")["metrics"]["output_tokens_per_s"], "tok/s")
+    open_view(at, "Capacity")
+    assert metrics(at)["KV tokens per instance"] == "1,353,134"

@@ -11,7 +11,7 @@ from app.runs import Run
 from app.scenario_io import Study
 from app.views import charts
 from app.views.fmt import num, signed, source_tag
-from app.views.whatif import LOAD_LABELS, run_cache
+from app.views.whatif import run_cache
 from simulator.errors import InputError
 
 CURVE_MAX_REQUESTS = 1000  # per point: a chart of several points still answers in seconds
@@ -72,7 +72,7 @@ def _default_xs(load: str, own: float) -> str:
 
 def _curves(study: Study, overrides: dict[str, Any]) -> None:
     load = knobs.load_path(study.scenario)
-    x_title = LOAD_LABELS[load][0]
+    x_title = knobs.LOAD_LABELS[load][0]
     own = overrides.get(load, getattr(study.scenario.traffic, load.split(".")[1]))
     c1, c2, c3 = st.columns(3)
     vary = c1.selectbox("configurations differ in", list(VARY), key="curve:vary")
@@ -116,7 +116,7 @@ def _progress(job: runs.Batch) -> None:
 
 
 def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load: str) -> None:
-    x_title, unit = LOAD_LABELS[load]
+    x_title, unit = knobs.LOAD_LABELS[load]
     rows = [{"configuration": f"{vary.split('.')[-1]}={p[vary]}", "x": p[load],
              "output tok/s": r.result["metrics"]["output_tokens_per_s"],
              "TPOT p95 ms": r.result["metrics"]["tpot_ms"]["p95"], "TTFT p95 ms": r.result["metrics"]["ttft_ms"]["p95"]}

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+from pydantic import ValidationError
 
 from app import knobs, scenario_io
 from app.scenario_io import Study
@@ -78,4 +79,75 @@ def deployment_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
         own = float(base[p + "mem_fraction"])
         chosen[p + "mem_fraction"] = sb.slider("mem_fraction (weights + KV share of HBM)", min(0.3, own), 1.0, own,
                                                0.01, key=knob(study, p + "mem_fraction"))
+    return chosen
+
+
+def _length_knob(col: Any, study: Study, label: str, path: str, base: dict[str, Any]) -> dict[str, Any]:
+    own = base[path]
+    if own["dist"] not in knobs.LENGTH_DISTS:
+        col.caption(f"{label}: {own['dist']} from {own.get('file')} (not editable here)")
+        return own
+    dist = col.selectbox(f"{label} distribution", knobs.LENGTH_DISTS, knobs.LENGTH_DISTS.index(own["dist"]),
+                         key=knob(study, path + ".dist"))
+    centre = int(own.get("value") or own.get("median") or (own["low"] + own["high"]) // 2)
+    k = knob(study, path + ".")
+    if dist == "fixed":
+        out: dict[str, Any] = {"dist": "fixed", "value": col.number_input(
+            f"{label} tokens", 1, 2_000_000, int(own.get("value", centre)), key=k + "value")}
+    elif dist == "uniform":
+        a, b = col.columns(2)
+        out = {"dist": "uniform",
+               "low": a.number_input(f"{label} low", 1, 2_000_000, int(own.get("low", centre // 2)), key=k + "low"),
+               "high": b.number_input(f"{label} high", 1, 2_000_000, int(own.get("high", centre * 3 // 2)),
+                                      key=k + "high")}
+    else:
+        a, b = col.columns(2)
+        out = {"dist": "lognormal",
+               "median": a.number_input(f"{label} median", 1.0, 2e6, float(own.get("median", centre)), 1.0,
+                                        format="%.0f", key=k + "median"),
+               "sigma": b.number_input(f"{label} sigma", 0.0, 3.0, float(own.get("sigma", 0.5)), 0.05,
+                                       key=k + "sigma")}
+    if "max" in own:
+        out["max"] = own["max"]
+    try:
+        return knobs.length_value(out)
+    except ValidationError as e:  # e.g. uniform low > high: the schema's own message
+        col.error(f"{path}: {e.errors()[0]['msg'].removeprefix('Value error, ')}")
+        return own
+
+
+def traffic_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
+    """Load, lengths, prefix sharing, routing, integrity and SLOs, starting at the study's values."""
+    chosen: dict[str, Any] = {}
+    sb = st.sidebar
+    sb.header("traffic")
+    sc = study.scenario
+    load = knobs.load_path(sc)
+    label, _ = knobs.LOAD_LABELS[load]
+    if load == "traffic.concurrency":
+        chosen[load] = sb.number_input(label, 1, 4096, base[load], 1, key=knob(study, load))
+    else:
+        chosen[load] = sb.number_input(label, 0.01, 10_000.0, float(base[load]), 0.1, key=knob(study, load))
+    if sc.traffic.trace is None:
+        chosen["traffic.prompt_tokens"] = _length_knob(sb, study, "prompt", "traffic.prompt_tokens", base)
+        chosen["traffic.output_tokens"] = _length_knob(sb, study, "output", "traffic.output_tokens", base)
+    else:
+        sb.caption(f"prompt and output lengths come from the trace {sc.traffic.trace}")
+    sb.header("serving")
+    if "traffic.shared_prefix_tokens" in base:
+        chosen["traffic.shared_prefix_tokens"] = sb.number_input(
+            "shared system prompt (tokens)", 0, 1_000_000, base["traffic.shared_prefix_tokens"], 64,
+            key=knob(study, "traffic.shared_prefix_tokens"))
+    chosen["routing.policy"] = sb.selectbox("routing", knobs.ROUTING, knobs.ROUTING.index(base["routing.policy"]),
+                                            key=knob(study, "routing.policy"))
+    c1, c2 = sb.columns(2)
+    chosen["prefix_cache.enabled"] = c1.checkbox("prefix cache", base["prefix_cache.enabled"],
+                                                 key=knob(study, "prefix_cache.enabled"))
+    chosen["integrity.enabled"] = c2.checkbox("integrity check", base["integrity.enabled"],
+                                              key=knob(study, "integrity.enabled"))
+    c3, c4 = sb.columns(2)
+    chosen["slo.ttft_ms"] = c3.number_input("SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_ms"]), 100.0, "%.0f",
+                                            key=knob(study, "slo.ttft_ms"))
+    chosen["slo.tpot_ms"] = c4.number_input("SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_ms"]), 1.0, "%.1f",
+                                            key=knob(study, "slo.tpot_ms"))
     return chosen

@@ -3,25 +3,18 @@ progress bar, and its numbers and charts with their units and provenance."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import streamlit as st
-from pydantic import ValidationError
 
-from app import knobs, runs, scenario_io
+from app import runs, scenario_io
 from app.runs import MAX_REQUESTS, Run, RunCache
 from app.scenario_io import Study
 from app.views import charts
 from app.views.fmt import num, source_tag
-from app.views.sidebar import knob
 from simulator.errors import InputError
 from simulator.results.report import provenance_line
-
-LOAD_LABELS = {
-    "traffic.concurrency": ("closed-loop clients", "clients"),
-    "traffic.rate": ("arrival rate (new requests or conversations per s)", "req/s"),
-    "traffic.trace_speedup": ("trace speed-up (× the recorded arrival rate)", "×"),
-}
 
 
 @st.cache_resource(show_spinner=False)
@@ -30,78 +23,10 @@ def run_cache() -> RunCache:
     return RunCache()
 
 
-def _length_knob(col: Any, study: Study, label: str, path: str, base: dict[str, Any]) -> dict[str, Any]:
-    own = base[path]
-    if own["dist"] not in knobs.LENGTH_DISTS:
-        col.caption(f"{label}: {own['dist']} from {own.get('file')} (not editable here)")
-        return own
-    dist = col.selectbox(f"{label} distribution", knobs.LENGTH_DISTS, knobs.LENGTH_DISTS.index(own["dist"]),
-                         key=knob(study, path + ".dist"))
-    centre = int(own.get("value") or own.get("median") or (own["low"] + own["high"]) // 2)
-    k = knob(study, path + ".")
-    if dist == "fixed":
-        out: dict[str, Any] = {"dist": "fixed", "value": col.number_input(
-            f"{label} tokens", 1, 2_000_000, int(own.get("value", centre)), key=k + "value")}
-    elif dist == "uniform":
-        a, b = col.columns(2)
-        out = {"dist": "uniform",
-               "low": a.number_input(f"{label} low", 1, 2_000_000, int(own.get("low", centre // 2)), key=k + "low"),
-               "high": b.number_input(f"{label} high", 1, 2_000_000, int(own.get("high", centre * 3 // 2)),
-                                      key=k + "high")}
-    else:
-        a, b = col.columns(2)
-        out = {"dist": "lognormal",
-               "median": a.number_input(f"{label} median", 1.0, 2e6, float(own.get("median", centre)), 1.0,
-                                        format="%.0f", key=k + "median"),
-               "sigma": b.number_input(f"{label} sigma", 0.0, 3.0, float(own.get("sigma", 0.5)), 0.05,
-                                       key=k + "sigma")}
-    if "max" in own:
-        out["max"] = own["max"]
-    try:
-        return knobs.length_value(out)
-    except ValidationError as e:  # e.g. uniform low > high: the schema's own message
-        col.error(f"{path}: {e.errors()[0]['msg'].removeprefix('Value error, ')}")
-        return own
-
-
-def traffic_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
-    """Load, lengths, prefix sharing, routing, integrity and SLOs, starting at the study's values."""
-    chosen: dict[str, Any] = {}
-    sc = study.scenario
-    load = knobs.load_path(sc)
-    label, _ = LOAD_LABELS[load]
-    c1, c2, c3 = st.columns(3)
-    if load == "traffic.concurrency":
-        chosen[load] = c1.number_input(label, 1, 4096, base[load], 1, key=knob(study, load))
-    else:
-        chosen[load] = c1.number_input(label, 0.01, 10_000.0, float(base[load]), 0.1, key=knob(study, load))
-    if sc.traffic.trace is None:
-        chosen["traffic.prompt_tokens"] = _length_knob(c2, study, "prompt", "traffic.prompt_tokens", base)
-        chosen["traffic.output_tokens"] = _length_knob(c3, study, "output", "traffic.output_tokens", base)
-    else:
-        c2.caption(f"prompt and output lengths come from the trace {sc.traffic.trace}")
-    c1, c2, c3, c4 = st.columns(4)
-    if "traffic.shared_prefix_tokens" in base:
-        chosen["traffic.shared_prefix_tokens"] = c1.number_input(
-            "shared system prompt (tokens)", 0, 1_000_000, base["traffic.shared_prefix_tokens"], 64,
-            key=knob(study, "traffic.shared_prefix_tokens"))
-    chosen["prefix_cache.enabled"] = c1.checkbox("prefix cache", base["prefix_cache.enabled"],
-                                                 key=knob(study, "prefix_cache.enabled"))
-    chosen["routing.policy"] = c2.selectbox("routing", knobs.ROUTING, knobs.ROUTING.index(base["routing.policy"]),
-                                            key=knob(study, "routing.policy"))
-    chosen["integrity.enabled"] = c2.checkbox("page-integrity check", base["integrity.enabled"],
-                                              key=knob(study, "integrity.enabled"))
-    chosen["slo.ttft_ms"] = c3.number_input("SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_ms"]), 100.0, "%.0f",
-                                            key=knob(study, "slo.ttft_ms"))
-    chosen["slo.tpot_ms"] = c4.number_input("SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_ms"]), 1.0, "%.1f",
-                                            key=knob(study, "slo.tpot_ms"))
-    return chosen
-
-
 def command(study: Study, sets: dict[str, Any]) -> str:
     """The CLI line that gives the same Result."""
     parts = [f"phaseplan run {study.label}"]
-    parts += [f"--set '{k}={v}'" if isinstance(v, dict) else f"--set {k}={v}" for k, v in sets.items()]
+    parts += [f"--set '{k}={json.dumps(v)}'" if isinstance(v, dict) else f"--set {k}={v}" for k, v in sets.items()]
     return " ".join(parts) + " --json"
 
 
