@@ -44,28 +44,27 @@ def execute(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) ->
         bar.empty()
 
 
-def render(study: Study, overrides: dict[str, Any]) -> Run | None:
-    """The run for the current knobs: cached, or run now (at once for the study's own values), else None."""
+def render(study: Study, overrides: dict[str, Any]) -> None:
+    """The run for the current knobs: from the cache, or run now (at once for the study's own values)."""
     sets = runs.capped_sets(study, overrides)
     st.code(command(study, sets), language="bash")
     try:
         _, run = runs.lookup(study, overrides, run_cache())
     except InputError as e:
         st.error(str(e))
-        return None
+        return
     pressed = st.button("Run simulation", type="primary", key="run")
     if run is None and (pressed or not overrides):
         try:
             run = execute(study, overrides)
         except InputError as e:
             st.error(str(e))
-            return None
+            return
     if run is None:
         st.info("Knobs changed: press **Run simulation** for their numbers.")
-        return None
+        return
     st.session_state["latest"] = run
     show(study, run)
-    return run
 
 
 def show(study: Study, run: Run) -> None:
