@@ -174,3 +174,18 @@ def test_the_app_verb_serves_headless_without_usage_statistics() -> None:
     flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2], strict=True))
     assert flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
     assert flags["--server.address"] == "localhost" and flags["--server.port"] == "8600"
+
+
+def test_the_command_the_page_prints_loads_the_same_scenario() -> None:
+    import shlex
+
+    from app.views.fmt import cli_line
+
+    s = study("fleet-disaggregated")
+    over = {"traffic.prompt_tokens": {"dist": "uniform", "low": 100, "high": 900}, "deployment.decode.tp": 4,
+            "integrity.enabled": False}
+    sets = runs.capped_sets(s, over)
+    argv = shlex.split(cli_line("run", s.label, sets, "--json"))
+    assert argv[:3] == ["phaseplan", "run", "scenarios/fleet-disaggregated.yaml"]
+    given = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    assert loader.load(scenario_io.ROOT / argv[2], given)[0] == runs.scenario_for(s, sets)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -43,3 +44,12 @@ def source_tag(result: dict[str, Any]) -> str:
     if p.get("profile_source") == "measured":
         return f"measured profile on {p.get('device')} ({p.get('file')})"
     return f"modeled ({p.get('device')}, {p.get('file') or 'roofline'}); no kernel measured"
+
+
+def cli_line(verb: str, source: str, sets: dict[str, Any], extra: str = "") -> str:
+    """The `phaseplan` command that computes what the page shows: every knob a `--set` (mappings as JSON)."""
+    parts = [f"phaseplan {verb} {source}", *([extra] if extra else [])]
+    for k, v in sets.items():
+        value = "null" if v is None else json.dumps(v) if isinstance(v, dict) else v
+        parts.append(f"--set '{k}={value}'" if isinstance(v, dict) else f"--set {k}={value}")
+    return " ".join(parts)

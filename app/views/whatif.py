@@ -3,7 +3,6 @@ progress bar, and its numbers and charts with their units and provenance."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import streamlit as st
@@ -12,7 +11,7 @@ from app import runs, scenario_io
 from app.runs import MAX_REQUESTS, Run, RunCache
 from app.scenario_io import Study
 from app.views import charts
-from app.views.fmt import num, source_tag
+from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
 from simulator.results.report import provenance_line
 
@@ -21,13 +20,6 @@ from simulator.results.report import provenance_line
 def run_cache() -> RunCache:
     """One cache for the server process: a scenario already run by anyone answers at once."""
     return RunCache()
-
-
-def command(study: Study, sets: dict[str, Any]) -> str:
-    """The CLI line that gives the same Result."""
-    parts = [f"phaseplan run {study.label}"]
-    parts += [f"--set '{k}={json.dumps(v)}'" if isinstance(v, dict) else f"--set {k}={v}" for k, v in sets.items()]
-    return " ".join(parts) + " --json"
 
 
 def execute(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) -> Run:
@@ -47,7 +39,7 @@ def execute(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) ->
 def render(study: Study, overrides: dict[str, Any]) -> None:
     """The run for the current knobs: from the cache, or run now (at once for the study's own values)."""
     sets = runs.capped_sets(study, overrides)
-    st.code(command(study, sets), language="bash")
+    st.code(cli_line("run", study.label, sets, "--json"), language="bash")
     try:
         _, run = runs.lookup(study, overrides, run_cache())
     except InputError as e:
