@@ -1,4 +1,4 @@
-"""phaseplan planner: capacity, what-if, compare and curves for a study, in one page.
+"""phaseplan planner: capacity, what-if, compare and curves, and plan for a study, in one page.
 
     make app        (or `phaseplan app`: headless, usage statistics off)
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import knobs
-from app.views import capacity, compare, sidebar, whatif
+from app.views import capacity, compare, plan, sidebar, whatif
 
 st.set_page_config(page_title="phaseplan planner", layout="wide")
 st.title("phaseplan planner")
@@ -24,7 +24,7 @@ st.caption(f"**{study.label}** · {study.scenario.name} · every simulated numbe
            "priced it (modeled or measured); capacity figures are memory arithmetic")
 
 # Only the open view runs (switching views reruns the page): a view's charts cost the browser seconds to draw.
-views = ["Capacity", "What-if", "Compare & curves"]
+views = ["Capacity", "What-if", "Compare & curves", "Plan"]
 first = st.query_params.get("view")  # ?view=What-if links straight to a view
 tabs = st.tabs(views, key="view", on_change="rerun", default=first if first in views else None)
 with tabs[0]:
@@ -36,3 +36,6 @@ with tabs[1]:
 with tabs[2]:
     if tabs[2].open:
         compare.render(study, overrides)
+with tabs[3]:
+    if tabs[3].open:
+        plan.render(study, overrides)
