@@ -13,6 +13,7 @@ from app.scenario_io import Study
 from app.views import charts
 from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
+from simulator.results.cost import generating, per_mtok
 from simulator.results.report import provenance_line
 
 
@@ -68,13 +69,20 @@ def show(study: Study, run: Run) -> None:
         st.warning(f"Interactive cap: this run stopped at {run.sets['traffic.requests']:,} requests, before the "
                    f"study's own end; `phaseplan run {run.study}` runs all of it.")
     tag = source_tag(r)
+    sc = r["scenario"]
+    cost = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
+    if generating(m):
+        speed = [("output throughput", num(m["output_tokens_per_s"], "tok/s")),
+                 ("per GPU", num(m["output_tokens_per_s_per_gpu"], "tok/s"))]
+    else:  # a prefill study: its requests answer one token, so what it serves is input
+        speed = [("input throughput", num(m["input_tokens_per_s"], "tok/s")),
+                 ("per GPU", num(m["input_tokens_per_s"] / m["gpus"], "tok/s"))]
     cells = [
-        ("output throughput", num(m["output_tokens_per_s"], "tok/s")),
-        ("per GPU", num(m["output_tokens_per_s_per_gpu"], "tok/s")),
+        *speed,
         ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
         ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
         ("SLO attainment", num(m["slo_attainment"], "%")),
-        ("cost", num(m["cost_per_mtok_usd"], "$/M tok")),
+        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$/M tok")),
         ("KV occupancy max", num(m["kv_occupancy"]["max"], "%")),
         ("max running (decode instance)", num(m["max_running"], "requests")),
     ]
