@@ -211,10 +211,11 @@ def write_profile(device: str, hardware: str, out: Path, quick: bool = False,
     """
     modeled = device == "roofline"
     todo = collect_shapes(quick, None if modeled else BUDGET) if shapes is None else shapes
-    print(f"{count(todo)} shapes", file=sys.stderr)
     if modeled:
-        return write_modeled_profile(HardwareSpec(**presets.hardware(hardware)), todo, out)
-    write_atomic(Path(out), json.dumps(measured_profile(device, flat(todo)), indent=1) + "\n")
+        write_modeled_profile(HardwareSpec(**presets.hardware(hardware)), todo, out)
+    else:
+        write_atomic(Path(out), json.dumps(measured_profile(device, flat(todo)), indent=1) + "\n")
+    print(f"{count(todo)} shapes", file=sys.stderr)  # after the write: a failure is one line
     return Path(out)
 
 

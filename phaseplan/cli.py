@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,27 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 scenario_arg = click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 
 
+def work_options(f: Any) -> Any:
+    """--no-limits / --max-requests: the work estimate's limits a run must pass before it starts."""
+    f = click.option("--max-requests", type=click.IntRange(min=1), default=None, metavar="N",
+                     help="Raise (or lower) the limit of requests per run (default 1,000,000).")(f)
+    return click.option("--no-limits", is_flag=True,
+                        help="Run whatever the work estimate says (requests, tokens, memory, sweep points).")(f)
+
+
+def limit_options(f: Any) -> Any:
+    """The work limits and --allow-profile-mismatch: the checks a simulation passes before it starts."""
+    f = click.option("--allow-profile-mismatch", is_flag=True,
+                     help="Price with a profile made on another device than the scenario's hardware.")(f)
+    return work_options(f)
+
+
+def _limits(no_limits: bool, max_requests: int | None) -> Any:
+    from simulator.budget import Limits
+
+    return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
+
+
 def dump(doc: Any, compact: bool = False) -> str:
     """Results as JSON; sweeps are compact, since a point carries its whole resolved scenario."""
     if compact:
@@ -37,6 +59,7 @@ def dump(doc: Any, compact: bool = False) -> str:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="phaseplan", message="phaseplan %(version)s")
 def cli() -> None:
     """phaseplan: plan disaggregated LLM inference fleets on measured kernel profiles."""
 
@@ -57,52 +80,80 @@ def capacity(scenario: Path, as_json: bool, sets: tuple[str, ...]) -> None:
         console.print(render_capacity(rep))
 
 
-def _progress(total: int | None) -> tuple[Progress | None, Any]:
-    if not total or total < 2000 or not sys.stderr.isatty():
+def _progress(total: float) -> tuple[Progress | None, Any]:
+    """A bar on a terminal for a run of many requests, whatever drives it (count, rate × duration or trace)."""
+    if not math.isfinite(total) or total < 2000 or not sys.stderr.isatty():
         return None, None
     prog = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-    task = prog.add_task("simulating", total=total)
+    task = prog.add_task("simulating", total=int(total))
 
     def tick(done: int) -> None:
-        if done % 500 == 0 or done == total:
+        if done % 500 == 0:
             prog.update(task, completed=done)
 
     return prog, tick
 
 
-def _simulate(sc: Any, base_dir: Path) -> dict[str, Any]:
+def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> dict[str, Any]:
     from simulator.results.result import simulate
 
-    prog, tick = _progress(sc.traffic.requests)
+    prog, tick = _progress(expected)
     if prog is None:
         return simulate(sc, base_dir)[0]
     with prog:
         return simulate(sc, base_dir, on_progress=tick)[0]
 
 
+def _preflight(sc: Any, base_dir: Path, limits: Any, allow_mismatch: bool, where: str = "") -> Any:
+    """Everything a run is refused for, checked before it starts: the work it implies and its profile."""
+    from simulator.budget import check
+    from simulator.pricing.device_match import check_profile_device
+
+    est = check(sc, base_dir, limits, where)
+    check_profile_device(sc, base_dir, allow_mismatch)
+    return est
+
+
+def _warn_if_empty(sc: Any, result: dict[str, Any], label: str = "") -> None:
+    if result["metrics"]["requests"] == 0:
+        from simulator.budget import why_nothing_arrived
+
+        click.echo(f"warning: {one_line(label + 'no request arrived: ' + why_nothing_arrived(sc))}", err=True)
+
+
 @cli.command()
 @scenario_arg
 @json_option
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write result.json here.")
+@click.option("--out", type=click.Path(path_type=Path), help="Also write result.json here.")
 @click.option("--repeats", type=click.IntRange(1, 10_000), default=1, show_default=True,
               help="Runs over seeds seed..seed+N-1 (and the profile's p10-p90 spread): metrics with 95% intervals.")
 @planner.slo_option
 @planner.jobs_option
 @planner.backend_option
 @set_option
+@limit_options
 def run(scenario: Path, as_json: bool, out: Path | None, repeats: int, slo: str | None, jobs: int | None,
-        backend_kind: str, sets: tuple[str, ...]) -> None:
+        backend_kind: str, sets: tuple[str, ...], no_limits: bool, max_requests: int | None,
+        allow_profile_mismatch: bool) -> None:
     """Simulate a scenario on the modeled clock (its `sweep` block is ignored)."""
-    from simulator.atomic import write_atomic
+    from simulator.atomic import check_target, write_files
 
     sc, _ = loader.load(scenario, sets)
+    if out is not None:
+        check_target(out, ["repeats.json" if repeats > 1 else "result.json"])
+    limits = _limits(no_limits, max_requests)
+    est = _preflight(sc, scenario.parent, limits, allow_profile_mismatch)
     if repeats > 1:
+        from simulator.budget import check_sweep_total
+
+        check_sweep_total([est] * repeats, limits, what=f"--repeats {repeats}")
         planner.run_repeats(sc, scenario, repeats, slo, jobs, backend_kind, as_json, out, console, dump)
         return
-    result = _simulate(sc, scenario.parent)
+    result = _simulate(sc, scenario.parent, est.requests)
+    _warn_if_empty(sc, result)
     if out is not None:
-        write_atomic(out / "result.json", dump(result) + "\n")
+        write_files({out / "result.json": dump(result) + "\n"})
     if as_json:
         click.echo(dump(result))
     else:
@@ -112,25 +163,42 @@ def run(scenario: Path, as_json: bool, out: Path | None, repeats: int, slo: str 
 @cli.command()
 @scenario_arg
 @json_option
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
+@click.option("--out", type=click.Path(path_type=Path), default=Path("out"), show_default=True,
               help="Folder for the sweep CSV (and results.json).")
 @planner.jobs_option
 @planner.backend_option
 @click.option("--pareto", is_flag=True, help="Also write the Pareto frontier of throughput per GPU (CSV, PNG).")
 @set_option
+@limit_options
 def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_kind: str, pareto: bool,
-          sets: tuple[str, ...]) -> None:
+          sets: tuple[str, ...], no_limits: bool, max_requests: int | None, allow_profile_mismatch: bool) -> None:
     """Run every point of the scenario's `sweep` block; print a table, write a CSV. A failed point is kept."""
-    from simulator.atomic import write_atomic
-    from simulator.config.sweep import points, to_csv
+    from simulator.atomic import check_target, write_files
+    from simulator.budget import check_points, check_sweep_total
+    from simulator.config.sweep import points, scenario_at, to_csv
     from simulator.planning.sweeps import run_sweep
 
     sc, raw = loader.load(scenario, sets)
-    with planner.backend(backend_kind, jobs) as b, planner.bar("sweep points", len(points(sc))) as tick:
-        results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
     csv_path = out / f"{scenario.stem}-sweep.csv"
-    write_atomic(csv_path, to_csv(results))
-    write_atomic(out / f"{scenario.stem}-sweep.json", dump(results, compact=True) + "\n")
+    json_path = out / f"{scenario.stem}-sweep.json"
+    check_target(out, [csv_path.name, json_path.name])
+    limits = _limits(no_limits, max_requests)
+    check_points(sc, limits)
+    pts = points(sc)
+    ests = []
+    for p in pts:  # the work of every valid point, before any runs (an invalid one is kept by run_sweep)
+        try:
+            at = scenario_at(raw, p, str(scenario))
+        except InputError:
+            continue
+        ests.append(_preflight(at, scenario.parent, limits, allow_profile_mismatch, _point_label(p)))
+    check_sweep_total(ests, limits)
+    with planner.backend(backend_kind, jobs) as b, planner.bar("sweep points", len(pts)) as tick:
+        results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
+    for r in results:
+        if "metrics" in r:
+            _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
+    write_files({csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"})
     if pareto:
         planner.write_pareto(sc.name, results, out / f"{scenario.stem}-sweep", console)
     if as_json:
@@ -139,11 +207,15 @@ def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_ki
         report.print_sweep(console, sc, results, csv_path)
 
 
+def _point_label(point: dict[str, Any]) -> str:
+    return f"sweep point {', '.join(f'{k}={v}' for k, v in point.items())}: " if point else ""
+
+
 @cli.group(invoke_without_command=True)
 @click.option("--device", type=click.Choice(["cuda", "cpu", "roofline"]),
               help="cuda: Triton kernels on a GPU; cpu: torch reference ops; roofline: the modeled profile.")
 @click.option("--hardware", default="h200", show_default=True, help="Hardware preset (roofline only).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Profile JSON to write.")
+@click.option("--out", type=click.Path(path_type=Path), help="Profile JSON to write.")
 @click.option("--quick", is_flag=True, help="Fewer shapes (for smoke tests).")
 @click.option("--scenario", "only", type=click.Path(dir_okay=False, path_type=Path),
               help="Measure exactly this scenario's op shapes, every sweep point (cpu/cuda; `make profile-cpu`).")
@@ -156,6 +228,9 @@ def profile(ctx: click.Context, device: str | None, hardware: str, out: Path | N
         return
     if device is None or out is None:
         raise click.UsageError("profile needs --device and --out (or a subcommand: profile import ...)")
+    from simulator.atomic import check_file_target
+
+    check_file_target(out)
     if only is not None:
         from kernels.scenario_profile import write_scenario_profile
 
@@ -164,13 +239,32 @@ def profile(ctx: click.Context, device: str | None, hardware: str, out: Path | N
         console.print(f"wrote {write_scenario_profile(only, device, out)}")
         return
     from kernels.profiler import write_profile
+    from simulator.config import presets as p
 
+    if device == "roofline":
+        try:
+            p.hardware(hardware)
+        except InputError as e:
+            raise InputError(f"--hardware {hardware}: {e}") from None
+    else:
+        _need_device(device)
     path = write_profile(device, hardware, out, quick=quick)
     console.print(f"wrote {path}")
 
 
 profile.add_command(profile_import)
 profile.add_command(profile_fit)
+
+
+def _need_device(device: str) -> None:
+    """A measured profile needs torch, and for `cuda` a visible GPU: say so in one line before any work."""
+    try:
+        import torch
+    except ImportError:
+        raise InputError(f"--device {device}: torch is not installed (pip install -e '.[kernels]')") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA GPU is visible here (torch.cuda.is_available() is False); "
+                         "use --device cpu or --device roofline")
 
 
 device_option = click.option("--device", type=click.Choice(["cuda", "cpu"]), required=True,
@@ -188,12 +282,13 @@ budget_option = click.option("--budget-s", type=click.FloatRange(min=0), default
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write result.json here.")
 @budget_option
 @set_option
+@work_options
 def replay(scenario: Path, device: str, clock: str, as_json: bool, out: Path | None, budget_s: float,
-           sets: tuple[str, ...]) -> None:
+           sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
     """Run a scenario's steps on a device with the same scheduler (the real clock); the Result of `run`."""
     from phaseplan.replay import replay_command
 
-    replay_command(scenario, sets, device, clock, budget_s, out, as_json, console)
+    replay_command(scenario, sets, device, clock, budget_s, out, as_json, console, _limits(no_limits, max_requests))
 
 
 @cli.command()
@@ -203,22 +298,28 @@ def replay(scenario: Path, device: str, clock: str, as_json: bool, out: Path | N
 @json_option
 @budget_option
 @set_option
+@work_options
 def compare(scenario: Path, device: str, profile_path: str | None, as_json: bool, budget_s: float,
-            sets: tuple[str, ...]) -> None:
+            sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
     """Simulate and replay a scenario; each headline metric sim vs replay, then op families priced vs measured."""
     from phaseplan.replay import compare_command
 
-    compare_command(scenario, sets, device, profile_path, budget_s, as_json, console)
+    compare_command(scenario, sets, device, profile_path, budget_s, as_json, console,
+                    _limits(no_limits, max_requests))
 
 
 @cli.command("bench-sim")
-@click.option("--hours", type=click.FloatRange(min=0.01), default=1.0, show_default=True)
-@click.option("--rate", type=click.FloatRange(min=0.1), default=20.0, show_default=True, help="Requests per second.")
+@click.option("--hours", type=click.FloatRange(0.01, 10_000), default=1.0, show_default=True)
+@click.option("--rate", type=click.FloatRange(0.1, 1e6), default=20.0, show_default=True,
+              help="Requests per second.")
 @set_option
-def bench_sim(hours: float, rate: float, sets: tuple[str, ...]) -> None:
+@limit_options
+def bench_sim(hours: float, rate: float, sets: tuple[str, ...], no_limits: bool, max_requests: int | None,
+              allow_profile_mismatch: bool) -> None:
     """Simulator speed: open-loop traffic on 8 prefill + 16 decode instances; requests per wall-second."""
-    from simulator.modeled.bench import bench
+    from simulator.modeled.bench import bench, scenario
 
+    _preflight(scenario(hours, rate, sets), Path.cwd(), _limits(no_limits, max_requests), allow_profile_mismatch)
     for line in bench(hours, rate, sets=sets):
         click.echo(line)
 
@@ -232,6 +333,11 @@ def presets() -> None:
     t.add_row("models", ", ".join(p.names("models")))
     t.add_row("hardware", ", ".join(p.names("hardware")))
     console.print(t)
+
+
+def one_line(text: str) -> str:
+    """A message as one printable line: a key or path from the input may hold newlines or terminal escapes."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
 planner.register(cli, scenario_arg, json_option, set_option, console, dump)
@@ -251,11 +357,15 @@ def main() -> None:
     try:
         cli.main(standalone_mode=False)
     except InputError as e:
-        click.echo(f"error: {e}", err=True)
+        click.echo(f"error: {one_line(str(e))}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        click.echo(f"error: {e.format_message()}", err=True)
+        click.echo(f"error: {one_line(e.format_message())}", err=True)
+        sys.exit(2)
+    except (MemoryError, RecursionError) as e:  # last resort: the checks above should have refused the input first
+        click.echo(f"error: the input needs more than this process has ({type(e).__name__}); see the limits in "
+                   "the README", err=True)
         sys.exit(2)

@@ -10,7 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from simulator.atomic import write_atomic
+from simulator import budget
+from simulator.atomic import check_target, write_atomic
 from simulator.config import loader
 from simulator.results import report
 
@@ -20,10 +21,13 @@ def _dump(doc: Any) -> str:
 
 
 def replay_command(scenario: Path, sets: tuple[str, ...], device: str, clock: str, budget_s: float,
-                   out: Path | None, as_json: bool, console: Console) -> None:
+                   out: Path | None, as_json: bool, console: Console, limits: budget.Limits | None = None) -> None:
     from kernels.executor.replay import replay
 
     sc, _ = loader.load(scenario, sets)
+    if out is not None:
+        check_target(out, ["result.json"])  # before any device time is spent
+    budget.check(sc, scenario.parent, limits)
     result, _ = replay(sc, scenario.parent, device, clock, budget_s)
     if out is not None:
         write_atomic(out / "result.json", _dump(result) + "\n")
@@ -40,10 +44,11 @@ def replay_command(scenario: Path, sets: tuple[str, ...], device: str, clock: st
 
 
 def compare_command(scenario: Path, sets: tuple[str, ...], device: str, profile: str | None, budget_s: float,
-                    as_json: bool, console: Console) -> None:
+                    as_json: bool, console: Console, limits: budget.Limits | None = None) -> None:
     from kernels.executor.compare import compare
 
     sc, _ = loader.load(scenario, sets)
+    budget.check(sc, scenario.parent, limits)
     doc = compare(sc, scenario.parent, device, profile, budget_s)
     if as_json:
         print(_dump(doc))

@@ -1,12 +1,122 @@
-"""Files written whole or not at all: a crash never leaves half a result or profile where one was."""
+"""Outputs all or nothing: a failed run, sweep or profile leaves the output folder exactly as it was.
+
+`check_target` runs before any work, so an unwritable `--out` is one line at once, not a traceback after an
+hour of simulation. `write_files` writes every file to a temporary name in its own folder, renames them when
+all are written, and on any failure removes its temporaries, what it renamed into place and the folders it
+made.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+from simulator.errors import InputError
+
+
+def check_target(folder: Path, names: list[str], option: str = "--out") -> None:
+    """Refuse a folder that is a file, cannot be made or written, or where an output name is taken by a folder."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{option} {folder}: exists and is not a folder")
+    existing = folder
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{option} {folder}: {existing} is a file, so the folder cannot be made")
+    try:  # the only sure test of writing is to write: a probe folder, removed at once
+        os.rmdir(tempfile.mkdtemp(prefix=".phaseplan-probe-", dir=existing))
+    except OSError as e:
+        raise InputError(f"{option} {folder}: cannot write in {existing} ({e.strerror})") from None
+    for name in names:
+        if (folder / name).is_dir():
+            raise InputError(f"{option} {folder}: {folder / name} is a folder, where the output file goes")
+
+
+def check_file_target(path: Path, option: str = "--out") -> None:
+    """Refuse an output file path that is a folder or whose folder cannot be made or written."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path}: is a folder; name the file to write")
+    check_target(path.parent, [], f"{option} {path}: folder")
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_files({Path(path): text})
+
+
+def write_files(files: dict[Path, str]) -> None:
+    """Write all the files or none: temporaries first, then renames (an earlier file kept as a hard link until
+    all are in place); any failure undoes what was done, earlier files back where they were."""
+    made = _make_folders({p.parent for p in files})
+    temps: dict[Path, Path] = {}
+    backups: dict[Path, Path] = {}
+    placed: list[Path] = []
+    try:
+        for path, text in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            temps[path] = Path(tmp)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())
+        for path, tmp in temps.items():
+            if path.exists():
+                backups[path] = tmp.with_name(tmp.name + ".old")
+                try:
+                    os.link(path, backups[path])
+                except OSError:  # a file system without hard links: a copy does the same
+                    shutil.copy2(path, backups[path])
+            tmp.replace(path)
+            placed.append(path)
+    except BaseException as e:
+        for path in placed:
+            if path in backups:
+                backups.pop(path).replace(path)
+            else:
+                path.unlink(missing_ok=True)
+        for leftover in [*temps.values(), *backups.values()]:
+            leftover.unlink(missing_ok=True)
+        for folder in reversed(made):
+            _rmdir_quietly(folder)
+        if isinstance(e, OSError):
+            raise InputError(f"{getattr(e, 'filename', None) or 'output'}: cannot write ({e.strerror})") from None
+        raise
+    for old in backups.values():
+        old.unlink()
+
+
+def _make_folders(folders: set[Path]) -> list[Path]:
+    """Make missing folders; return those made, parents first, so a failure can remove them."""
+    made: list[Path] = []
+    for folder in sorted(folders):
+        missing = []
+        f = folder
+        while not f.exists():
+            missing.append(f)
+            f = f.parent
+        for m in reversed(missing):
+            try:
+                m.mkdir()
+            except OSError as e:
+                for done in reversed(made):
+                    _rmdir_quietly(done)
+                raise InputError(f"{folder}: cannot make the folder ({e.strerror})") from None
+            made.append(m)
+    return made
+
+
+def _rmdir_quietly(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

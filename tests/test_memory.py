@@ -26,7 +26,7 @@ FP8 = 1 + 4 / (128 * 128)  # bytes per weight: e4m3 + one fp32 scale per 128×12
 BF16 = 2
 
 
-def scenario(model: str, hardware: str = "h200", **pool: Any) -> Scenario:
+def scenario(model: str, hardware: Any = "h200", **pool: Any) -> Scenario:
     """A colocated one-pool scenario, validated the way a YAML file is."""
     data = {"name": "test", "model": model, "hardware": hardware,
             "deployment": {"mode": "colocated", "decode": pool}, "traffic": {"concurrency": 1}}
@@ -315,7 +315,8 @@ def test_llama_params() -> None:
 
 @pytest.mark.parametrize(("tp", "kv_heads_per_gpu"), [(1, 8), (4, 2), (8, 1), (16, 1)])
 def test_llama_bf16_h100(tp: int, kv_heads_per_gpu: int) -> None:
-    c = decode(scenario("llama-3.1-70b", "h100", tp=tp, weights="bf16", kv_cache="bf16", mem_fraction=0.9))
+    hw: Any = "h100" if tp <= 8 else {**presets.hardware("h100"), "gpus_per_node": tp}  # TP16: a 16-GPU domain
+    c = decode(scenario("llama-3.1-70b", hw, tp=tp, weights="bf16", kv_cache="bf16", mem_fraction=0.9))
     kv_proj = 80 * L * 2 * 8 * 128
     split = sum(LLAMA.values()) - LLAMA["norms"] - kv_proj
     weights = (split / tp + kv_proj * kv_heads_per_gpu / 8 + LLAMA["norms"]) * BF16

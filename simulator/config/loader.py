@@ -13,30 +13,30 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simulator.config import presets
+from simulator.config import bounds, consistency, presets, safe_yaml
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
 PRESET_FIELDS = {"model": presets.model, "hardware": presets.hardware}
+PRESET_DEFAULTS = {"hardware": "h200"}  # what a scenario that names no hardware runs on
+MAX_SET_DEPTH = 16
 
 
-def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """Parse a scenario file; also return the line of every mapping key, for error messages."""
-    p = Path(path)
+def parse_text(text: str, name: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse scenario text under the YAML limits of `safe_yaml`; `name` is what errors call it."""
+    if len(text) > safe_yaml.MAX_BYTES:
+        raise InputError(f"{name}: scenario is larger than {safe_yaml.MAX_BYTES // 1024} KiB (the limit for YAML "
+                         "input)")
     try:
-        text = p.read_text()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read scenario file ({e.strerror})") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        data, node = safe_yaml.parse(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
+        where = f" line {mark.line + 1}:" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{path}:{where}: YAML syntax error: {problem}") from None
+        kind = "YAML over a limit" if isinstance(e, safe_yaml.LimitError) else "YAML syntax error"
+        raise InputError(f"{name}:{where} {kind}: {problem}") from None
     if not isinstance(data, dict):
-        raise InputError(f"{path}: a scenario must be a YAML mapping, got {type(data).__name__}")
+        raise InputError(f"{name}: a scenario must be a YAML mapping, got {type(data).__name__}")
     return data, _key_lines(node)
 
 
@@ -58,9 +58,13 @@ def parse_set(item: str) -> tuple[str, Any]:
     """`a.b.c=VALUE` → (path, YAML-typed value)."""
     path, sep, raw = item.partition("=")
     if not sep or not path.strip():
-        raise InputError(f"--set {item!r}: expected PATH=VALUE, e.g. deployment.decode.tp=8")
+        raise InputError(f"--set {_short(item)}: expected PATH=VALUE, e.g. deployment.decode.tp=8")
+    if path.count(".") >= MAX_SET_DEPTH:
+        raise InputError(f"--set {_short(path)}: a path of more than {MAX_SET_DEPTH} keys is no scenario field")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else raw
+        value = safe_yaml.parse(raw)[0] if raw.strip() else raw
+    except safe_yaml.LimitError as e:
+        raise InputError(f"--set {path.strip()}: YAML over a limit: {e.problem}") from None
     except yaml.YAMLError:
         value = raw
     return path.strip(), value
@@ -73,8 +77,8 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
         keys = path.split(".")
         node: Any = out
         for depth, key in enumerate(keys[:-1]):
-            if depth == 0 and key in PRESET_FIELDS and isinstance(node.get(key), str):
-                node[key] = PRESET_FIELDS[key](node[key])
+            if depth == 0 and key in PRESET_FIELDS and isinstance(node.get(key, PRESET_DEFAULTS.get(key)), str):
+                node[key] = PRESET_FIELDS[key](node.get(key, PRESET_DEFAULTS.get(key)))
             child = node.get(key) if isinstance(node, dict) else None
             if child is None:
                 child = node[key] = {}
@@ -86,7 +90,7 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
 
 
 def resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
-    out = {"hardware": "h200", **data}
+    out = {**PRESET_DEFAULTS, **data}
     for key, load in PRESET_FIELDS.items():
         if isinstance(out.get(key), str):
             out[key] = load(out[key])
@@ -106,7 +110,10 @@ def validate(
         where = f"--set {key}" if key in overridden else f"{source}:{f' line {line}:' if line else ''} {key}"
         raise InputError(f"{where}: {e}") from None
     try:
-        return Scenario.model_validate(resolved)
+        sc = Scenario.model_validate(resolved)
+        bounds.check(sc)
+        consistency.check(sc)
+        return sc
     except ValidationError as e:
         err = e.errors()[0]
         loc = tuple(str(x) for x in err["loc"] if not _is_union_tag(x))
@@ -114,17 +121,26 @@ def validate(
         if not loc and ": " in msg:  # a cross-field rule names its own path first
             path, msg = msg.split(": ", 1)
             loc = tuple(path.split("."))
-        dotted = ".".join(loc) or "(top level)"
-        if any(dotted == o or dotted.startswith(o + ".") for o in overridden):
-            where = f"--set {dotted}"
-        else:
-            line = _nearest_line(loc, lines or {})
-            where = f"{source}:{f' line {line}:' if line else ''} {dotted}"
         if err["type"] == "extra_forbidden":
             msg = "unknown key"
         elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list):
             msg += f" (got {_short(err['input'])})"
-        raise InputError(f"{where}: {msg}") from None
+        raise InputError(_located(loc, msg, source, lines, overridden)) from None
+    except ValueError as e:  # bounds and consistency name their path first
+        path, _, msg = str(e).partition(": ")
+        raise InputError(_located(tuple(path.split(".")), msg, source, lines, overridden)) from None
+
+
+def _located(loc: tuple[str, ...], msg: str, source: str, lines: dict[tuple[str, ...], int] | None,
+             overridden: frozenset[str]) -> str:
+    """`--set PATH: msg` when a --set put the value there, else the file, its line and the YAML path — and the
+    --sets given, since a cross-field rule may fail at a file's field because of one."""
+    dotted = ".".join(loc) or "(top level)"
+    if any(dotted == o or dotted.startswith(o + ".") for o in overridden):
+        return f"--set {dotted}: {msg}"
+    line = _nearest_line(loc, lines or {})
+    sets = f" (with --set {', '.join(sorted(overridden))})" if overridden else ""
+    return f"{source}:{f' line {line}:' if line else ''} {dotted}: {msg}{sets}"
 
 
 def _is_union_tag(x: Any) -> bool:
@@ -146,7 +162,15 @@ def _short(v: Any) -> str:
 
 def load(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
     """The scenario as validated, and the raw mapping (with overrides) that sweeps start from."""
-    data, lines = read_yaml(path)
+    return load_text(safe_yaml.read_text(path), str(path), sets)
+
+
+def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
+    """`load` for scenario text that is not a file (an upload): the same YAML limits, bounds and checks.
+
+    What it implies in work is checked apart, before running, by `simulator.budget.check`.
+    """
+    data, lines = parse_text(text, name)
     overrides = dict(parse_set(s) for s in sets)
     data = apply_overrides(data, overrides)
-    return validate(data, str(path), lines, frozenset(overrides)), data
+    return validate(data, name, lines, frozenset(overrides)), data

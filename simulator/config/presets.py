@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,9 @@ def _read(kind: str, name: str) -> dict[str, Any]:
 
 
 def model(name: str) -> dict[str, Any]:
-    return dict(_read("models", name))
+    """A fresh copy: a `--set model.attention.heads` must not change the cached preset for later loads."""
+    return copy.deepcopy(_read("models", name))
 
 
 def hardware(name: str) -> dict[str, Any]:
-    return dict(_read("hardware", name))
+    return copy.deepcopy(_read("hardware", name))

@@ -22,7 +22,7 @@ from simulator.config.specs import FP4_FORMATS, HardwareSpec, KVFormat, ModelSpe
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Pool(Strict):
@@ -169,6 +169,7 @@ class Traffic(Strict):
     sessions: Sessions = Field(default_factory=Sessions)
     duration_s: PositiveFloat | None = None
     requests: PositiveInt | None = None
+    truncate_to_context: bool = False  # cut prompts longer than the model's context instead of refusing them
 
     @model_validator(mode="after")
     def _one_source(self) -> Traffic:

@@ -24,7 +24,7 @@ Component = Literal[
 class Strict(BaseModel):
     """Every spec rejects unknown keys: a typo in YAML must not silently become a default."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class MLA(Strict):
@@ -84,6 +84,7 @@ class ModelSpec(Strict):
     moe: MoE | None = None
     mtp_layers: int = Field(0, ge=0)
     tie_embeddings: bool = False
+    context_tokens: PositiveInt | None = None  # longest prompt the model reads (its config's context); None: unknown
     formats: dict[WeightFormat, FormatRule] = Field(default_factory=dict)
     # Named alternatives to a format's rule, chosen per pool by `weights_scheme` (e.g. "int4-all-linear").
     schemes: dict[str, FormatRule] = Field(default_factory=dict)

@@ -50,6 +50,7 @@ class Record:
     finish: float = math.nan
     status: str = "pending"  # completed | rejected | aborted | pending
     cached_tokens: int = 0
+    reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
 
 
 @dataclass
@@ -276,7 +277,7 @@ class Simulation:
         self.profile = profile or Profile.for_scenario(sc, base_dir)  # a repeat passes a draw of its spread
         self.router = Router(sc.routing.policy)
         self.records: dict[int, Record] = {}
-        self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir)
+        self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir, sc.model.context_tokens)
         self.injector = fault_injector(sc)
         self.pools: dict[str, list[Instance]] = {}
         self.capacity: dict[str, PoolCapacity] = {}
@@ -332,8 +333,9 @@ class Simulation:
         rec = Record(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
         self.records[req.id] = rec
         colocated = "prefill" not in self.pools
-        if not self._can_ever_fit(req):
-            rec.status = "rejected"  # no instance could ever hold it, however long it waited
+        reason = self._rejection(req)
+        if reason:
+            rec.status, rec.reason = "rejected", reason  # no instance could ever hold it, however long it waited
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
@@ -341,9 +343,14 @@ class Simulation:
         inst.sched.enqueue(inst.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
         inst.notify(req.arrival)
 
-    def _can_ever_fit(self, req: Request) -> bool:
-        """The prompt must fit an empty prefill instance, and prompt + output an empty decode instance."""
-        return req.prompt_tokens <= self._max_prompt and req.prompt_tokens + req.output_tokens <= self._max_total
+    def _rejection(self, req: Request) -> str:
+        """Why no instance could ever hold the request ('' if one can): the prompt must fit an empty prefill
+        instance, and prompt + output an empty decode instance."""
+        if req.prompt_tokens > self._max_prompt:
+            return "prompt_over_prefill_kv"
+        if req.prompt_tokens + req.output_tokens > self._max_total:
+            return "request_over_decode_kv"
+        return ""
 
     def _finished(self, req: Request, t: float) -> None:
         self.done += 1

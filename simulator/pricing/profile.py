@@ -156,6 +156,9 @@ def _build(family: str, entries: list[tuple[Mapping[str, Any], float]]) -> Table
     return Table(columns)
 
 
+MAX_PROFILE_BYTES = 256 << 20  # a full modeled profile is about 1 MiB
+
+
 class Profile:
     """A profile file's tables plus where they came from; `roofline()` is the empty, modeled one."""
 
@@ -202,11 +205,17 @@ class Profile:
     def load(cls, path: str | Path) -> Profile:
         """Read and validate a profile JSON (docs/ops.md); any defect is one InputError naming the file."""
         try:
-            data = json.loads(Path(path).read_text())
-        except OSError as e:
-            raise InputError(f"{path}: cannot read profile ({e.strerror})") from None
+            if Path(path).exists() and not Path(path).is_file():  # /dev/zero or a pipe: read without end
+                raise InputError(f"{path}: a profile must be a regular file")
+            if Path(path).stat().st_size > MAX_PROFILE_BYTES:
+                raise InputError(f"{path}: larger than {MAX_PROFILE_BYTES >> 20} MiB: not a profile")
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{path}: cannot read profile ({getattr(e, 'strerror', None) or e})") from None
         except json.JSONDecodeError as e:
             raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
+        except RecursionError:
+            raise InputError(f"{path}: not a profile (JSON nested too deeply)") from None
         if not isinstance(data, dict):
             raise InputError(f"{path}: a profile must be a JSON object")
         missing = [k for k in ("device", "source", "kernels") if k not in data]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -80,6 +81,9 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
         "requests": len(recs),
         "completed": len(done),
         "rejected": sum(1 for r in recs if r.status == "rejected"),
+        # prompt_over_prefill_kv: the prompt exceeds an empty prefill instance's KV (colocated: the instance's);
+        # request_over_decode_kv: prompt + output exceed an empty decode instance's KV
+        "rejected_by_reason": dict(sorted(Counter(r.reason for r in recs if r.status == "rejected").items())),
         "aborted": sum(1 for r in recs if r.status == "aborted"),
         "unfinished": sum(1 for r in recs if r.status == "pending"),
         "preempted": sum(c.preempted for c in counters),

@@ -64,6 +64,8 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
                       f"{it['injected']}, detected {it['detected']}, false positives {it['false_positives']}, "
                       f"aborted {it['aborted_requests']}, tokens lost {it['tokens_lost']:,}"),
     ]
+    if m.get("rejected_by_reason"):
+        rows.insert(6, ("  rejected because", ", ".join(f"{k} {v:,}" for k, v in m["rejected_by_reason"].items())))
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
@@ -123,6 +125,7 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
             t.add_row(*[str(v) for v in r["point"].values()], "-" if tput is None else f"{tput:+.2%}",
                       f"{_fmt(a)} vs {_fmt(b)}", "-" if tpot is None else f"{tpot:+.2%}")
         console.print(t)
-    if results:
-        console.print(provenance_line(results[0]))
+    ran = [r for r in results if "provenance" in r]  # a failed point carries its error, not a provenance
+    if ran:
+        console.print(provenance_line(ran[0]))
     console.print(f"csv: {csv_path}")

@@ -9,6 +9,8 @@ import numpy as np
 from simulator.config.scenario import Length
 from simulator.errors import InputError
 
+MAX_LENGTH = 100_000_000  # tokens: no model reads more in one request
+
 
 def resolve(path: str, base_dir: Path | None) -> Path:
     """A relative path names a file beside the scenario first, then one under the working directory.
@@ -25,9 +27,9 @@ def resolve(path: str, base_dir: Path | None) -> Path:
 def read_lengths(path: Path) -> np.ndarray:
     """One positive integer per line (blanks skipped): the population an empirical length is drawn from."""
     try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read length file ({e.strerror})") from None
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read length file ({getattr(e, 'strerror', None) or e})") from None
     values = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -36,8 +38,9 @@ def read_lengths(path: Path) -> np.ndarray:
             v = int(line)
         except ValueError:
             v = 0
-        if v < 1:
-            raise InputError(f"{path}: line {n}: expected a positive integer length, got {line.strip()!r}")
+        if not 1 <= v <= MAX_LENGTH:
+            raise InputError(f"{path}: line {n}: expected an integer length in [1, {MAX_LENGTH:,}], got "
+                             f"{line.strip()[:40]!r}")
         values.append(v)
     if not values:
         raise InputError(f"{path}: length file has no lengths")

@@ -31,6 +31,7 @@ UNIQUE_ROOT = 0x13198A2E03707344  # stream keys of content nobody else shares
 MOONCAKE_BLOCK = 512
 PHASEPLAN_KEYS = {"arrival", "prompt_tokens", "output_tokens", "session", "turn", "blocks", "block_tokens"}
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+MAX_TOKENS = 100_000_000  # tokens of one request: no model reads more (the largest contexts are ~10M)
 
 
 # --- content identity -------------------------------------------------------------------------------------
@@ -93,7 +94,7 @@ def _give_unique_blocks(reqs: list[Request], rows: list[int]) -> None:
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of every non-blank line."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: cannot read trace ({getattr(e, 'strerror', None) or e})") from None
     for n, line in enumerate(text.splitlines(), 1):
@@ -111,16 +112,24 @@ def _json_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise _bad(path, n, f"not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise _bad(path, n, "JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise _bad(path, n, f"expected a JSON object, got {type(row).__name__}")
         yield n, row
 
 
-def _int(row: dict[str, Any], key: str, minimum: int, path: Path, n: int) -> int:
+def _int(row: dict[str, Any], key: str, minimum: int, path: Path, n: int, maximum: int | None = None) -> int:
     v = row.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        raise _bad(path, n, f"'{key}' must be an integer >= {minimum}, got {v!r}")
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum or (maximum is not None and v > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum:,}]"
+        raise _bad(path, n, f"'{key}' must be an integer {bound}, got {_short(v)}")
     return v
+
+
+def _short(v: Any) -> str:
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def _time(row: dict[str, Any], key: str, path: Path, n: int) -> float:
@@ -148,8 +157,8 @@ def read_phaseplan(path: Path) -> list[Request]:
         if unknown:
             expected = ", ".join(sorted(PHASEPLAN_KEYS))
             raise _bad(path, n, f"unknown key(s) {', '.join(unknown)}; expected {expected}")
-        prompt = _int(row, "prompt_tokens", 1, path, n)
-        block_tokens = _int(row, "block_tokens", 1, path, n) if "block_tokens" in row else MOONCAKE_BLOCK
+        prompt = _int(row, "prompt_tokens", 1, path, n, MAX_TOKENS)
+        block_tokens = _int(row, "block_tokens", 1, path, n, MAX_TOKENS) if "block_tokens" in row else MOONCAKE_BLOCK
         blocks = tuple(_ints(row, "blocks", path, n)) if "blocks" in row else ()
         if len(blocks) * block_tokens > prompt:
             raise _bad(path, n, f"{len(blocks)} blocks × {block_tokens} tokens exceed {prompt} prompt tokens")
@@ -161,7 +170,7 @@ def read_phaseplan(path: Path) -> list[Request]:
                 id=len(reqs),
                 arrival=_time(row, "arrival", path, n),
                 prompt_tokens=prompt,
-                output_tokens=max(1, _int(row, "output_tokens", 0, path, n)),
+                output_tokens=max(1, _int(row, "output_tokens", 0, path, n, MAX_TOKENS)),
                 session=None if session is None else _int(row, "session", 0, path, n),
                 turn=_int(row, "turn", 0, path, n) if "turn" in row else 0,
                 blocks=blocks,
@@ -205,11 +214,11 @@ def read_azure(path: Path) -> list[Request]:
             if len(parts) != len(cols):
                 raise ValueError
             t, prompt, output = _azure_ticks(parts[it], days), int(parts[ic]), int(parts[ig])
-            if prompt < 1 or output < 0:
+            if not (1 <= prompt <= MAX_TOKENS and 0 <= output <= MAX_TOKENS):
                 raise ValueError
         except ValueError:
-            expected = "TIMESTAMP,ContextTokens>=1,GeneratedTokens>=0"
-            raise _bad(path, n, f"expected {expected}, got {line.strip()!r}") from None
+            expected = f"TIMESTAMP,ContextTokens in [1, {MAX_TOKENS:,}],GeneratedTokens in [0, {MAX_TOKENS:,}]"
+            raise _bad(path, n, f"expected {expected}, got {_short(line.strip())}") from None
         ticks.append(t)
         lens.append((prompt, output))
     t0 = min(ticks, default=0)
@@ -229,7 +238,7 @@ def read_mooncake(path: Path) -> list[Request]:
     ids: list[list[int]] = []
     no_blocks: list[int] = []
     for n, row in _json_rows(path):
-        prompt = _int(row, "input_length", 1, path, n)
+        prompt = _int(row, "input_length", 1, path, n, MAX_TOKENS)
         if "hash_ids" in row:
             ids.append(_ints(row, "hash_ids", path, n)[: prompt // MOONCAKE_BLOCK])
         else:
@@ -240,7 +249,7 @@ def read_mooncake(path: Path) -> list[Request]:
                 id=len(reqs),
                 arrival=_time(row, "timestamp", path, n) / 1000.0,
                 prompt_tokens=prompt,
-                output_tokens=max(1, _int(row, "output_length", 0, path, n)),
+                output_tokens=max(1, _int(row, "output_length", 0, path, n, MAX_TOKENS)),
                 block_tokens=MOONCAKE_BLOCK,
             )
         )

@@ -188,11 +188,41 @@ class SyntheticSource(TrafficSource):
         )
 
 
-def make_source(traffic: Traffic, seed: int, base_dir: Path | None = None) -> TrafficSource:
-    """The scenario's traffic; `base_dir` (the scenario's folder) anchors relative trace and length files."""
+class ContextLimit(TrafficSource):
+    """Prompts longer than the model's context, refused (one InputError naming the request) or, with
+    `traffic.truncate_to_context`, cut to it, as they are issued: a lognormal tail, an empirical length file
+    or a trace row can exceed the context where no bound was known before drawing."""
+
+    def __init__(self, inner: TrafficSource, context: int, traffic: Traffic) -> None:
+        self._inner, self._context, self._truncate = inner, context, traffic.truncate_to_context
+        self._where = f"traffic.trace ({traffic.trace})" if traffic.trace is not None else "traffic.prompt_tokens"
+        super().__init__([self._fit(r) for r in inner.initial()], inner.total_expected)
+
+    def on_complete(self, req: Request, now: float) -> Request | None:
+        nxt = self._inner.on_complete(req, now)
+        return None if nxt is None else self._fit(nxt)
+
+    def _fit(self, req: Request) -> Request:
+        if req.prompt_tokens <= self._context:
+            return req
+        if not self._truncate:
+            raise InputError(f"{self._where}: request {req.id} (arriving at {req.arrival:g} s) has a "
+                             f"{req.prompt_tokens:,}-token prompt, over the model's context of {self._context:,}; "
+                             "set traffic.truncate_to_context: true to cut such prompts")
+        req.prompt_tokens = self._context
+        req.blocks = req.blocks[: self._context // req.block_tokens]
+        return req
+
+
+def make_source(traffic: Traffic, seed: int, base_dir: Path | None = None,
+                context: int | None = None) -> TrafficSource:
+    """The scenario's traffic; `base_dir` (the scenario's folder) anchors relative trace and length files;
+    `context`, the model's, bounds every prompt (None: unknown, unchecked)."""
     if traffic.trace is None:
-        return SyntheticSource(traffic, seed, base_dir)
-    if traffic.sessions.turns > 1 or traffic.shared_prefix_tokens:
+        source: TrafficSource = SyntheticSource(traffic, seed, base_dir)
+    elif traffic.sessions.turns > 1 or traffic.shared_prefix_tokens:
         raise InputError("traffic.sessions and shared_prefix_tokens shape synthetic traffic, not a trace")
-    reqs = load_trace(traffic, base_dir)
-    return TrafficSource(reqs, len(reqs))
+    else:
+        reqs = load_trace(traffic, base_dir)
+        source = TrafficSource(reqs, len(reqs))
+    return source if context is None else ContextLimit(source, context, traffic)

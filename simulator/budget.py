@@ -1,0 +1,204 @@
+"""The work a scenario implies, estimated before anything runs, and the limits it must stay under.
+
+A scenario is a few lines of YAML, but `rate: 1e12` for a minute, `instances: 1e9` or a sweep of a million
+points would take all the machine's memory or run for days. So the requests, output tokens (an upper bound
+on decode steps) and memory a run implies are estimated from the scenario alone (rate × duration, a trace's
+line count, instances × KV pages, sweep points) and refused past a documented limit, with one line naming the
+field and the estimate. `Limits.none()` (the CLI's `--no-limits`) is for people with bigger machines.
+"""
+
+from __future__ import annotations
+
+import math
+import stat
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from simulator.capacity import pool_capacity
+from simulator.config.consistency import largest
+from simulator.config.scenario import Length, Scenario
+from simulator.errors import InputError
+from simulator.workload.lengths import resolve
+from simulator.workload.traces import MOONCAKE_BLOCK
+from simulator.workload.traffic import BLOCK_TOKENS
+
+# What one live object costs (CPython 3.11, 64-bit): a request with its record and sequence, one block of its
+# content key (a Python int in a tuple), one KV page's state arrays, one instance. Checked against peak RSS on
+# this 2-core machine (bench-sim's scenario): 18,075 more requests took 3.8 KB each (estimate 4.5 KB); 512 more
+# Kimi decode instances of 21,142 pages took 2.43 MB each (estimate 2.84 MB).
+REQUEST_BYTES = 3_000
+BLOCK_BYTES = 40
+PAGE_BYTES = 120
+INSTANCE_BYTES = 300_000
+STEP_BYTES = 150  # one step of a run of identical decode steps, priced at once (its times, growth and pages)
+TRACE_BYTES_FACTOR = 12  # per byte of a trace file (its text and rows): loading the bundled Mooncake trace took 10.3
+MAX_FILE_BYTES = 1 << 30  # a trace or length file read whole
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one invocation may take on. The defaults fit a laptop: 1M requests run in minutes."""
+
+    max_requests: float = 1_000_000  # per run, or per sweep point
+    max_output_tokens: float = 1e9  # per run: each decode step makes at least one token
+    max_memory_gib: float = 2.0  # estimated memory of one run
+    max_points: float = 1_000  # sweep points
+    max_sweep_requests: float = 4_000_000  # over all of a sweep's points
+
+    @classmethod
+    def none(cls) -> Limits:
+        inf = math.inf
+        return cls(inf, inf, inf, inf, inf)
+
+    def with_max_requests(self, n: int | None) -> Limits:
+        return self if n is None else replace(self, max_requests=n, max_sweep_requests=max(n, self.max_sweep_requests))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    requests: float
+    output_tokens: float
+    memory_bytes: float
+    source: str  # the field the request count comes from, for the message
+
+
+def mean_length(length: Length) -> float:
+    """The mean a distribution draws (the `max` clip lowers a lognormal's; an empirical file counts as 1)."""
+    if length.dist == "fixed":
+        return float(length.value)  # type: ignore[arg-type]
+    if length.dist == "uniform":
+        return (length.low + length.high) / 2  # type: ignore[operator]
+    if length.dist == "lognormal":
+        mean = length.median * math.exp(min(length.sigma**2 / 2, 700))  # type: ignore[operator]
+        return min(mean, length.max) if length.max is not None else mean
+    return 1.0
+
+
+def _file_size(path: Path, what: str) -> int:
+    try:
+        st = path.stat()
+    except OSError:
+        return 0  # the reader names a missing file with its own error
+    if not stat.S_ISREG(st.st_mode):  # /dev/zero or a pipe would be read without end
+        raise InputError(f"{path}: {what} is not a regular file")
+    size = st.st_size
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{path}: {what} is {size / GIB:.1f} GiB, over the {MAX_FILE_BYTES // GIB} GiB a run reads")
+    return size
+
+
+def _trace_rows(path: Path) -> int:
+    rows = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            rows += chunk.count(b"\n")
+    return rows + 1
+
+
+def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
+    """Requests, output tokens and memory of one run of `sc` (upper-end estimates, not predictions)."""
+    t = sc.traffic
+    extra_bytes = 0.0
+    block_tokens = BLOCK_TOKENS
+    if t.trace is not None:
+        path = resolve(t.trace, base_dir)
+        size = _file_size(path, "trace")
+        requests: float = _trace_rows(path) if size else 0
+        source = f"traffic.trace ({t.trace})"
+        extra_bytes = size * TRACE_BYTES_FACTOR
+        block_tokens = MOONCAKE_BLOCK
+    elif t.rate is not None:
+        per_conversation = t.sessions.turns
+        mult = sum(t.diurnal.multipliers) / len(t.diurnal.multipliers) if t.arrival == "diurnal" else 1.0
+        requests = math.inf if t.duration_s is None else t.rate * mult * t.duration_s * per_conversation
+        source = "traffic.rate × traffic.duration_s"
+    else:
+        assert t.concurrency is not None
+        # A request takes at least one step per output token, and a step at least one kernel per layer.
+        step_s = sc.model.layers * sc.hardware.kernel_floor_us * 1e-6
+        per_client = math.inf if t.duration_s is None else t.duration_s / (mean_length(t.output_tokens) * step_s)
+        requests = t.concurrency * max(1.0, per_client)
+        source = "traffic.concurrency × traffic.duration_s"
+    for length in (t.prompt_tokens, t.output_tokens):
+        if length.dist == "empirical" and length.file is not None:
+            _file_size(resolve(length.file, base_dir), "length file")
+    if t.requests is not None and t.requests <= requests:
+        requests, source = float(t.requests), "traffic.requests"
+        if t.concurrency is not None and t.requests == 4 * t.concurrency:
+            source = "traffic.requests (4 × traffic.concurrency when not given)"
+    prompt = t.shared_prefix_tokens + mean_length(t.prompt_tokens) * (t.sessions.turns + 1) / 2
+    output = requests * mean_length(t.output_tokens)
+    memory = extra_bytes + requests * (REQUEST_BYTES + BLOCK_BYTES * prompt / block_tokens)
+    for pool in sc.deployment.pools().values():
+        pages = pool_capacity(sc.model, sc.hardware, pool).pages
+        memory += pool.instances * (INSTANCE_BYTES + PAGE_BYTES * pages)
+    # A run of decode steps lasts until a request ends or pages run out: at most the longest output, or what
+    # an instance's KV holds (a longer request is rejected on arrival).
+    kv_tokens = pool_capacity(sc.model, sc.hardware, sc.deployment.decode).kv_tokens
+    longest = largest(t.output_tokens) if t.trace is None else None
+    memory += STEP_BYTES * (kv_tokens if longest is None else min(kv_tokens, longest))
+    return Estimate(requests, output, memory, source)
+
+
+def check(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = None, where: str = "") -> Estimate:
+    """Refuse a run past `limits`, naming the field and the estimate; returns the estimate (a progress bar's
+    total). `where` prefixes the message (a sweep point)."""
+    lim = limits or Limits()
+    est = estimate(sc, base_dir)
+    hint = "; pass --no-limits (or a higher --max-requests) to run it anyway"
+    if est.requests > lim.max_requests:
+        raise InputError(f"{where}{est.source}: about {_n(est.requests)} requests, over the limit of "
+                         f"{_n(lim.max_requests)} per run{hint}")
+    if est.output_tokens > lim.max_output_tokens:
+        raise InputError(f"{where}traffic.output_tokens: about {_n(est.output_tokens)} output tokens (each at least "
+                         f"a model step), over the limit of {_n(lim.max_output_tokens)} per run{hint}")
+    if est.memory_bytes > lim.max_memory_gib * GIB:
+        worst = max(sc.deployment.pools().items(), key=lambda kv: kv[1].instances)
+        raise InputError(f"{where}deployment.{worst[0]}.instances: the run would hold about "
+                         f"{est.memory_bytes / GIB:,.1f} GiB ({_n(est.requests)} requests, "
+                         f"{sum(p.instances for p in sc.deployment.pools().values()):,} instances with their KV "
+                         f"pages), over the limit of {lim.max_memory_gib:g} GiB{hint}")
+    return est
+
+
+def check_points(sc: Scenario, limits: Limits | None = None) -> int:
+    """A sweep's point count, refused past the limit before any point is built."""
+    lim = limits or Limits()
+    n = math.prod(len(v) for v in sc.sweep.values()) if sc.sweep else 1
+    if n > lim.max_points:
+        sizes = " × ".join(str(len(v)) for v in sc.sweep.values())
+        raise InputError(f"sweep: {sizes} = {_n(n)} points, over the limit of {_n(lim.max_points)}; pass "
+                         "--no-limits to run it anyway")
+    return n
+
+
+def check_sweep_total(estimates: list[Estimate], limits: Limits | None = None, what: str = "sweep") -> None:
+    """The requests of every run an invocation makes together (a sweep's points, or `--repeats`)."""
+    lim = limits or Limits()
+    total = sum(e.requests for e in estimates)
+    if total > lim.max_sweep_requests:
+        raise InputError(f"{what}: about {_n(total)} requests over {len(estimates):,} runs, over the limit of "
+                         f"{_n(lim.max_sweep_requests)}; pass --no-limits (or a higher --max-requests) to run it "
+                         "anyway")
+
+
+def _n(x: float) -> str:
+    if math.isinf(x):
+        return "unbounded"
+    return f"{x:,.0f}" if x < 1e12 else f"{x:.2g}"
+
+
+def why_nothing_arrived(sc: Scenario) -> str:
+    """The reason a run saw no request, for a one-line warning (exit 0: the scenario was valid, just empty)."""
+    t = sc.traffic
+    if t.trace is not None:
+        cut = f" before traffic.duration_s {t.duration_s:g} s" if t.duration_s is not None else ""
+        return f"no request of {t.trace} arrives{cut} (at trace_speedup {t.trace_speedup:g})"
+    if t.rate is not None and t.arrival == "diurnal" and max(t.diurnal.multipliers) == 0:
+        return "traffic.diurnal.multipliers are all zero"
+    if t.rate is not None and t.duration_s is not None:
+        mult = sum(t.diurnal.multipliers) / len(t.diurnal.multipliers) if t.arrival == "diurnal" else 1.0
+        return (f"traffic.rate {t.rate:g}/s over traffic.duration_s {t.duration_s:g} s expects "
+                f"{t.rate * mult * t.duration_s:.3g} arrivals, and none fell inside the duration")
+    return "the traffic produced no request"

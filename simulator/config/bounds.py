@@ -1,0 +1,122 @@
+"""Sane ranges for every number a scenario holds, each with the physical reason for its ends.
+
+The schema types say positive or non-negative and (with `allow_inf_nan=False`) finite; these bounds add what
+is physically plausible, so that a typo or a hostile value (`hbm_gib: 1e300`, `bandwidth_gbs: 1e-300`,
+`burst_cv: 1e300`) is one error naming the field and the range instead of a crash, a hang or a
+300-digit time. A number with no entry here must still lie within ±DEFAULT_LIMIT.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import BaseModel
+
+DEFAULT_LIMIT = 1e15
+TOKENS = 100_000_000  # no model reads more than this many tokens in one request (the largest contexts are ~10M)
+
+# (schema class, field) -> (low, high, what the number is)
+BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
+    ("HardwareSpec", "hbm_gib"): (1, 4096, "GiB of HBM per GPU (today's largest GPUs carry under 300)"),
+    ("HardwareSpec", "hbm_gbs"): (1, 1e6, "GB/s of HBM bandwidth per GPU"),
+    ("HardwareSpec", "copy_gbs"): (1, 1e6, "GB/s of device copy bandwidth per GPU"),
+    ("HardwareSpec", "bf16_tflops"): (0.01, 1e6, "dense BF16 TFLOP/s per GPU"),
+    ("HardwareSpec", "fp8_tflops"): (0.01, 1e6, "dense FP8 TFLOP/s per GPU"),
+    ("HardwareSpec", "nvlink_gbs"): (0.01, 1e6, "GB/s of NVLink bandwidth per GPU"),
+    ("HardwareSpec", "kernel_floor_us"): (0.01, 1e5, "µs of a kernel launch and tail"),
+    ("HardwareSpec", "allreduce_latency_us"): (0.01, 1e5, "µs of an all-reduce's latency"),
+    ("HardwareSpec", "gpu_hour_usd"): (1e-4, 1e4, "USD per GPU-hour"),
+    ("HardwareSpec", "gpus_per_node"): (1, 1024, "GPUs in one node's NVLink domain"),
+    ("HardwareSpec", "fp4_tflops"): (0.01, 1e6, "dense FP4 TFLOP/s per GPU"),
+    ("HardwareSpec", "scaleout_gbs"): (0.01, 1e5, "GB/s of scale-out bandwidth per GPU"),
+    ("ModelSpec", "layers"): (1, 1000, "layers"),
+    ("ModelSpec", "dense_layers"): (0, 1000, "dense layers"),
+    ("ModelSpec", "hidden"): (1, 1 << 20, "hidden size"),
+    ("ModelSpec", "vocab"): (1, 1 << 24, "vocabulary entries"),
+    ("ModelSpec", "dense_intermediate"): (1, 1 << 22, "dense FFN width"),
+    ("ModelSpec", "mtp_layers"): (0, 64, "multi-token-prediction layers"),
+    ("ModelSpec", "context_tokens"): (1, TOKENS, "tokens of context"),
+    ("MLA", "heads"): (1, 4096, "attention heads"),
+    ("GQA", "heads"): (1, 4096, "attention heads"),
+    ("GQA", "kv_heads"): (1, 4096, "KV heads"),
+    ("Indexer", "heads"): (1, 4096, "indexer heads"),
+    ("Indexer", "topk"): (1, TOKENS, "tokens an indexer selects"),
+    ("MoE", "routed_experts"): (1, 1 << 16, "routed experts"),
+    ("MoE", "top_k"): (1, 1 << 16, "experts per token"),
+    ("MoE", "shared_experts"): (0, 1024, "shared experts"),
+    ("MoE", "intermediate"): (1, 1 << 22, "expert FFN width"),
+    ("Pool", "instances"): (1, 4096, "instances in one pool"),
+    ("Pool", "tp"): (1, 1024, "GPUs of one instance"),
+    ("Pool", "ep"): (1, 1024, "expert-parallel groups"),
+    ("Pool", "int4_group_size"): (1, 1 << 20, "weights per INT4 scale"),
+    ("Pool", "page_size"): (1, 1 << 16, "tokens per KV page"),
+    ("Pool", "max_running"): (1, 1 << 20, "requests running on one instance"),
+    ("Pool", "max_batch_tokens"): (1, 1 << 24, "tokens in one step"),
+    ("Pool", "chunk_size"): (1, 1 << 24, "tokens in one prefill chunk"),
+    ("Pool", "reserve_gib"): (0, 4096, "GiB reserved per GPU"),
+    ("Pool", "decode_reserve_tokens"): (0, TOKENS, "tokens of growth room"),
+    ("Pool", "nodes"): (1, 1024, "nodes one instance spans"),
+    ("Pool", "dp"): (1, 1024, "attention data-parallel ranks"),
+    ("Pool", "redundant_experts"): (0, 1 << 16, "redundant expert replicas"),
+    ("Pool", "expert_imbalance"): (1, 1000, "busiest EP rank's load over the mean"),
+    ("Transfer", "bandwidth_gbs"): (0.01, 1e5, "GB/s of the KV-transfer link (0.01 GB/s is 80 Mbit/s)"),
+    ("Transfer", "latency_ms"): (0, 60_000, "ms of KV-transfer latency (a minute at most)"),
+    ("Length", "value"): (1, TOKENS, "tokens"),
+    ("Length", "low"): (1, TOKENS, "tokens"),
+    ("Length", "high"): (1, TOKENS, "tokens"),
+    ("Length", "median"): (1, TOKENS, "tokens"),
+    ("Length", "max"): (1, TOKENS, "tokens"),
+    ("Length", "sigma"): (0, 5, "log-space spread (sigma 5 already spans a factor of e^10 either side)"),
+    ("Diurnal", "period_s"): (1, 1e8, "seconds per period"),
+    ("Diurnal", "multipliers"): (0, 1e6, "rate multiplier"),
+    ("Sessions", "turns"): (1, 1000, "turns per conversation"),
+    ("Sessions", "think_time_s"): (0, 1e6, "seconds between turns (about 11.6 days at most)"),
+    ("Traffic", "concurrency"): (1, 1 << 20, "closed-loop clients"),
+    ("Traffic", "rate"): (1e-6, 1e6, "requests per second"),
+    ("Traffic", "burst_cv"): (0.05, 20, "coefficient of variation of inter-arrival gaps"),
+    ("Traffic", "trace_speedup"): (1e-3, 1e6, "times real time"),
+    ("Traffic", "shared_prefix_tokens"): (0, TOKENS, "tokens"),
+    ("Traffic", "duration_s"): (1e-3, 1e8, "seconds of traffic (about 3 years at most)"),
+    ("Traffic", "requests"): (1, 1e12, "requests"),
+    ("SLO", "ttft_ms"): (1e-3, 1e9, "ms"),
+    ("SLO", "tpot_ms"): (1e-3, 1e9, "ms"),
+    ("Cost", "gpu_hour_usd"): (1e-4, 1e4, "USD per GPU-hour"),
+    ("Scenario", "seed"): (0, 2**63 - 1, "seed (a non-negative 63-bit integer)"),
+}
+
+
+def check(model: BaseModel, prefix: tuple[str, ...] = ()) -> None:
+    """Raise ValueError('dotted.path: why') at the first number out of its range (the loader adds the line)."""
+    for name in type(model).model_fields:
+        _check_value(type(model).__name__, name, getattr(model, name), prefix + (name,))
+
+
+def _check_value(cls: str, name: str, value: Any, path: tuple[str, ...]) -> None:
+    if isinstance(value, BaseModel):
+        check(value, path)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_value(cls, name, v, path + (str(i),))
+    elif isinstance(value, dict) and name == "sweep":  # each point checks its values; here only that they are finite
+        for k, values in value.items():
+            for i, v in enumerate(values):
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ValueError(f"sweep.{k}.{i}: {v} is not a finite number")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_value(cls, name, v, path + (str(k),))
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        lo, hi, what = BOUNDS.get((cls, name), (-DEFAULT_LIMIT, DEFAULT_LIMIT, "any number"))
+        if not lo <= value <= hi:
+            raise ValueError(f"{'.'.join(path)}: {_num(value)} is out of range: {what} must lie in "
+                             f"[{_num(lo)}, {_num(hi)}]")
+
+
+def _num(v: float) -> str:
+    if isinstance(v, int) and abs(v) >= 10**16:
+        digits = str(abs(v))
+        return f"{'-' if v < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
+    if v and not 1e-3 <= abs(v) < 1e16:
+        return f"{v:.3g}"
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:g}"

@@ -1,0 +1,58 @@
+"""Checks across fields that catch silent nonsense before anything runs: an instance larger than a node, prompts
+longer than the model reads. Each raises ValueError('dotted.path: why'), which the loader turns into one line
+with the file's line or the --set it came from.
+"""
+
+from __future__ import annotations
+
+from simulator.config.scenario import Length, Scenario
+
+
+def check(sc: Scenario) -> None:
+    check_instances_fit_nodes(sc)
+    check_prompts_fit_context(sc)
+
+
+def check_instances_fit_nodes(sc: Scenario) -> None:
+    """Tensor parallelism runs inside one node's NVLink domain: an instance of `tp` GPUs must fit in a node.
+
+    An instance that spans nodes says so with `nodes`; how its GPUs split over them is config/parallel.py's rule.
+    """
+    per_node = sc.hardware.gpus_per_node
+    for name, pool in sc.deployment.pools().items():
+        if pool.nodes == 1 and pool.tp > per_node:  # across nodes, config/parallel.py checks tp / nodes
+            raise ValueError(f"deployment.{name}.tp: {pool.tp} GPUs per instance, but {sc.hardware.name} has "
+                             f"{per_node} GPUs per node (set deployment.{name}.nodes for an instance that spans "
+                             "nodes)")
+
+
+def largest(length: Length) -> int | None:
+    """The longest length a distribution can draw, or None where it has no bound known before drawing."""
+    top = {"fixed": length.value, "uniform": length.high}.get(length.dist)
+    if top is None:
+        return length.max
+    return top if length.max is None else min(top, length.max)
+
+
+def longest_prompt(sc: Scenario) -> int | None:
+    """The longest prompt synthetic traffic can make: a conversation's last turn carries every earlier prompt
+    and answer. None for a trace, or lengths without a known bound (checked as they are drawn)."""
+    t = sc.traffic
+    if t.trace is not None:
+        return None
+    prompt, output = largest(t.prompt_tokens), largest(t.output_tokens)
+    turns = t.sessions.turns
+    if prompt is None or (turns > 1 and output is None):
+        return None
+    return t.shared_prefix_tokens + turns * prompt + (turns - 1) * (output or 0)
+
+
+def check_prompts_fit_context(sc: Scenario) -> None:
+    context = sc.model.context_tokens
+    longest = longest_prompt(sc)
+    if context is None or longest is None or longest <= context or sc.traffic.truncate_to_context:
+        return
+    turns = sc.traffic.sessions.turns
+    how = f" (the last of {turns} turns, earlier turns and answers included)" if turns > 1 else ""
+    raise ValueError(f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s context "
+                     f"of {context:,}; shorten them or set traffic.truncate_to_context: true")

@@ -1,0 +1,131 @@
+"""Outputs all or nothing: every failing `run`, `sweep` and `profile` leaves its output folder exactly as it
+was — earlier results intact, no temporaries, no new folder — whether it fails before, during or after the work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from phaseplan.cli import main
+from simulator.atomic import write_files
+from simulator.errors import InputError
+
+SMALL = ("name: small\nmodel: llama-3.1-70b\n"
+         "traffic: {concurrency: 1, requests: 2, prompt_tokens: 64, output_tokens: 4}\n")
+
+
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    return code, capsys.readouterr().err
+
+
+def snapshot(folder: Path) -> dict[str, bytes | None] | None:
+    if not folder.exists():
+        return None
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None) for p in sorted(folder.rglob("*"))}
+
+
+def fail_on_rename(monkeypatch: pytest.MonkeyPatch, nth: int) -> None:
+    """The nth rename into place and those after it fail as a full disk would (the earlier ones succeed)."""
+    real = Path.replace
+    calls = {"n": 0}
+
+    def replace(self: Path, target: Path) -> Path:
+        if str(self).endswith(".tmp"):
+            calls["n"] += 1
+            if calls["n"] >= nth:
+                raise OSError(28, "No space left on device", str(target))
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+
+
+def boom(*args: object, **kwargs: object) -> None:
+    raise InputError("traffic: failed in the middle of the simulation")
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["earlier-results", "new-folder"])
+@pytest.mark.parametrize("stage", ["budget", "simulation", "first-rename", "last-rename"])
+@pytest.mark.parametrize("verb", ["run", "sweep"])
+def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys, verb, stage, existing) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SMALL + ("sweep:\n  seed: [1, 2]\n" if verb == "sweep" else ""))
+    out = tmp_path / "out" / "deeper"
+    if existing:
+        out.mkdir(parents=True)
+        (out / "notes.txt").write_text("mine")
+        for name in ("result.json", "s-sweep.csv", "s-sweep.json"):
+            (out / name).write_text(f"an earlier {name}")
+    before = snapshot(tmp_path)
+    args = [verb, str(scenario), "--out", str(out)]
+    if stage == "budget":
+        args += ["--max-requests", "1"]
+    elif stage == "simulation":  # (a sweep keeps a failed point: there the whole sweep fails)
+        monkeypatch.setattr("simulator.results.result.simulate" if verb == "run" else
+                            "simulator.planning.sweeps.run_sweep", boom)
+    else:
+        files = 1 if verb == "run" else 2
+        fail_on_rename(monkeypatch, 1 if stage == "first-rename" else files)
+    code, err = cli(monkeypatch, capsys, *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("stage", ["work", "rename"])
+def test_failing_profile_leaves_out_as_it_was(tmp_path, monkeypatch, capsys, stage) -> None:
+    (tmp_path / "p.json").write_text("an earlier profile")
+    before = snapshot(tmp_path)
+    if stage == "work":
+        monkeypatch.setattr("kernels.profiler.write_modeled_profile", boom)
+    else:
+        fail_on_rename(monkeypatch, 1)
+    code, err = cli(monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out",
+                    str(tmp_path / "p.json"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert snapshot(tmp_path) == before
+    code, err = cli(monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out",
+                    str(tmp_path / "new" / "p.json"))
+    assert code == 2 and not (tmp_path / "new").exists()
+
+
+def test_successful_writes_replace_whole_files(tmp_path) -> None:
+    (tmp_path / "a.json").write_text("old")
+    write_files({tmp_path / "a.json": "new a", tmp_path / "sub" / "b.csv": "new b"})
+    assert (tmp_path / "a.json").read_text() == "new a" and (tmp_path / "sub" / "b.csv").read_text() == "new b"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.json", "b.csv", "sub"]
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_successful_run_writes_its_result(tmp_path, monkeypatch, capsys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SMALL)
+    code, err = cli(monkeypatch, capsys, "run", str(scenario), "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    assert json.loads((tmp_path / "o" / "result.json").read_text())["metrics"]["completed"] == 2
+    assert [p.name for p in (tmp_path / "o").iterdir()] == ["result.json"]
+
+
+def test_earlier_file_kept_without_hard_links(tmp_path, monkeypatch) -> None:
+    """Where the file system has no hard links the earlier file is copied aside, and still comes back."""
+    (tmp_path / "a.csv").write_text("earlier a")
+
+    def no_links(*args: object) -> None:
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    fail_on_rename(monkeypatch, 2)
+    with pytest.raises(InputError, match="cannot write"):
+        write_files({tmp_path / "a.csv": "new a", tmp_path / "b.json": "new b"})
+    assert snapshot(tmp_path) == {"a.csv": b"earlier a"}
