@@ -545,3 +545,14 @@ def test_a_sweep_whose_first_point_fails_still_reports(tmp_path, monkeypatch, ca
     assert code == 0 and "Traceback" not in err and "step times: MODELED" in out
     rows = (tmp_path / "o" / "s-sweep.csv").read_text().splitlines()
     assert len(rows) == 3
+
+
+@pytest.mark.parametrize(("device", "hardware", "same"), [
+    ("NVIDIA H200", "h200", True), ("h200 (roofline model)", "h200", True), ("NVIDIA B200", "h200", False),
+    ("b200 (roofline model)", "h200", False), ("x86_64", "cpu", True), ("AMD EPYC 7B13", "cpu", True),
+    ("NVIDIA H200", "cpu", False), ("x86_64", "h200", False),
+])
+def test_profile_device_matching(device: str, hardware: str, same: bool) -> None:
+    from simulator.pricing.device_match import same_device
+
+    assert same_device(device, hardware) is same

@@ -10,13 +10,19 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.pricing.profile import Profile
 
+# What a CPU-measured profile's `device` says: the platform's processor or machine name (kernels.profiler).
+CPU_WORDS = {"cpu", "x86", "x86_64", "amd64", "i386", "i686", "aarch64", "arm", "arm64", "ppc64le", "s390x",
+             "riscv64", "intel", "xeon", "epyc", "ryzen"}
+
 
 def same_device(profile_device: str, hardware_name: str) -> bool:
     """True when the hardware's name (e.g. `h200`) is a word of the profile's device ('NVIDIA H200',
-    'h200 (roofline model)'), case and punctuation aside."""
-    words = re.findall(r"[a-z0-9]+", profile_device.lower())
+    'h200 (roofline model)'), case and punctuation aside; the `cpu` hardware matches a CPU-measured profile."""
+    words = re.findall(r"[a-z0-9_]+", profile_device.lower())
     name = re.sub(r"[^a-z0-9]", "", hardware_name.lower())
-    return name in words or name == "".join(words)
+    if name == "cpu":
+        return bool(CPU_WORDS & set(words))
+    return name in words or name == "".join(words).replace("_", "")
 
 
 def check_profile_device(sc: Scenario, base_dir: Path | None = None, allow_mismatch: bool = False) -> None:
