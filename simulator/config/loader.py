@@ -22,6 +22,11 @@ PRESET_DEFAULTS = {"hardware": "h200"}  # what a scenario that names no hardware
 MAX_SET_DEPTH = 16
 
 
+def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse a scenario file under the limits of `safe_yaml`; also the line of every mapping key, for errors."""
+    return parse_text(safe_yaml.read_text(path), str(path))
+
+
 def parse_text(text: str, name: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """Parse scenario text under the YAML limits of `safe_yaml`; `name` is what errors call it."""
     if len(text) > safe_yaml.MAX_BYTES:
@@ -162,7 +167,8 @@ def _short(v: Any) -> str:
 
 def load(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
     """The scenario as validated, and the raw mapping (with overrides) that sweeps start from."""
-    return load_text(safe_yaml.read_text(path), str(path), sets)
+    data, lines = read_yaml(path)
+    return _overridden(data, lines, str(path), sets)
 
 
 def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
@@ -171,6 +177,11 @@ def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> t
     What it implies in work is checked apart, before running, by `simulator.budget.check`.
     """
     data, lines = parse_text(text, name)
+    return _overridden(data, lines, name, sets)
+
+
+def _overridden(data: dict[str, Any], lines: dict[tuple[str, ...], int], name: str,
+                sets: list[str] | tuple[str, ...]) -> tuple[Scenario, dict[str, Any]]:
     overrides = dict(parse_set(s) for s in sets)
     data = apply_overrides(data, overrides)
     return validate(data, name, lines, frozenset(overrides)), data
