@@ -4,16 +4,15 @@ mapped onto phaseplan's families; bad or missing tables; the profile contract's 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 
 pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
 
-from phaseplan.cli import main  # noqa: E402
 from simulator.config.loader import load  # noqa: E402
 from simulator.pricing import roofline  # noqa: E402
 from simulator.pricing.costmodel import CostModel  # noqa: E402
@@ -87,17 +86,6 @@ def fixture_tables(root: Path, skip: str = "") -> Path:
             base(op_name=op, kernel_source="NCCL", nccl_dtype="half", num_gpus=8, message_size=size, latency=lat)
             for op in ("all_gather", "all_reduce") for size, lat in ((1024, 0.012), (1048576, 0.024))])
     return root
-
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.err + cap.out
 
 
 def imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-from phaseplan.cli import main
+from cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = str(ROOT / "scenarios" / "kimi-k2.6-decode.yaml")
-
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.err + cap.out
 
 
 def write(tmp_path: Path, text: str) -> str:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 
-from phaseplan.cli import main
 from simulator.atomic import write_files
 from simulator.errors import InputError
 
@@ -20,13 +19,9 @@ SMALL = ("name: small\nmodel: llama-3.1-70b\n"
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    return code, capsys.readouterr().err
+    """`phaseplan ARGS`: its exit code and stderr."""
+    code, _, err = invoke(monkeypatch, capsys, *args)
+    return code, err
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None] | None:

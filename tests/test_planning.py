@@ -6,12 +6,11 @@ Traffic is shortened with overrides so that each test runs a handful of short si
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import invoke
 
-from phaseplan.cli import main
 from simulator.config import loader
 from simulator.errors import InputError
 from simulator.planning import space as spaces
@@ -108,17 +107,6 @@ def test_plan_prunes_what_does_not_fit_before_simulating() -> None:
     assert json.dumps(res, allow_nan=False)
 
 
-def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
-
 @pytest.mark.parametrize("args, says", [
     (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances"), "--search"),
     (("max-rate", str(KIMI), "--slo", "tpot_p95_ms=0"), "--slo tpot_p95_ms"),
@@ -126,13 +114,13 @@ def _cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *a
 ])
 def test_planner_bad_input_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                    args: tuple[str, ...], says: str) -> None:
-    code, out, err = _cli(monkeypatch, capsys, *args)
+    code, out, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and says in err
 
 
 def test_plan_json_has_the_promised_keys(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _cli(monkeypatch, capsys, "plan", str(KIMI), "--rate", "0.5", "--search",
+    code, out, err = invoke(monkeypatch, capsys, "plan", str(KIMI), "--rate", "0.5", "--search",
                           "deployment.decode.instances=1,2", "--runners-up", "1", "--set", "traffic.requests=24",
                           "--jobs", "1", "--json")
     assert code == 0, err

@@ -4,12 +4,10 @@ INT4 group 32, BF16 scales, the rest BF16); "every linear layer INT4" is a named
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-import pytest
+from cli_helpers import run_cli
 
-from phaseplan.cli import main
 from simulator.capacity import format_rule, weights_bytes_per_gpu
 from simulator.config import presets
 from simulator.config.scenario import Pool
@@ -19,17 +17,6 @@ from simulator.pricing.ops import step_ops
 ROOT = Path(__file__).resolve().parents[1]
 GLM5 = ModelSpec(**presets.model("glm-5.2"))
 KIMI = ModelSpec(**presets.model("kimi-k2.6"))
-
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.err + cap.out
 
 
 def test_glm_int4_default_is_the_released_moe_scheme_and_all_linear_is_named() -> None:
