@@ -45,12 +45,6 @@ def limit_options(f: Any) -> Any:
     return work_options(f)
 
 
-def _limits(no_limits: bool, max_requests: int | None) -> Any:
-    from simulator.budget import Limits
-
-    return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
-
-
 def dump(doc: Any, compact: bool = False) -> str:
     """Results as JSON; sweeps are compact, since a point carries its whole resolved scenario."""
     if compact:
@@ -142,7 +136,7 @@ def run(scenario: Path, as_json: bool, out: Path | None, repeats: int, slo: str 
     sc, _ = loader.load(scenario, sets)
     if out is not None:
         check_target(out, ["repeats.json" if repeats > 1 else "result.json"])
-    limits = _limits(no_limits, max_requests)
+    limits = planner.work_limits(no_limits, max_requests)
     est = _preflight(sc, scenario.parent, limits, allow_profile_mismatch)
     if repeats > 1:
         from simulator.budget import check_sweep_total
@@ -176,13 +170,15 @@ def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_ki
     from simulator.atomic import check_target, write_files
     from simulator.budget import check_points, check_sweep_total
     from simulator.config.sweep import points, scenario_at, to_csv
+    from simulator.planning.pareto import paths as pareto_paths
     from simulator.planning.sweeps import run_sweep
 
     sc, raw = loader.load(scenario, sets)
     csv_path = out / f"{scenario.stem}-sweep.csv"
     json_path = out / f"{scenario.stem}-sweep.json"
-    check_target(out, [csv_path.name, json_path.name])
-    limits = _limits(no_limits, max_requests)
+    stem = out / f"{scenario.stem}-sweep"
+    check_target(out, [csv_path.name, json_path.name, *([p.name for p in pareto_paths(stem)] if pareto else [])])
+    limits = planner.work_limits(no_limits, max_requests)
     check_points(sc, limits)
     pts = points(sc)
     ests = []
@@ -198,9 +194,12 @@ def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_ki
     for r in results:
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
-    write_files({csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"})
+    files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}
     if pareto:
-        planner.write_pareto(sc.name, results, out / f"{scenario.stem}-sweep", console)
+        files |= planner.pareto_files(sc.name, results, stem)
+    write_files(files)  # the sweep's CSV and JSON and the frontier's CSV and chart: all or nothing
+    if len(files) > 2:
+        console.print(f"pareto: {', '.join(str(p) for p in list(files)[2:])}")
     if as_json:
         click.echo(dump(results, compact=True))
     else:
@@ -288,7 +287,8 @@ def replay(scenario: Path, device: str, clock: str, as_json: bool, out: Path | N
     """Run a scenario's steps on a device with the same scheduler (the real clock); the Result of `run`."""
     from phaseplan.replay import replay_command
 
-    replay_command(scenario, sets, device, clock, budget_s, out, as_json, console, _limits(no_limits, max_requests))
+    replay_command(scenario, sets, device, clock, budget_s, out, as_json, console,
+                   planner.work_limits(no_limits, max_requests))
 
 
 @cli.command()
@@ -305,7 +305,7 @@ def compare(scenario: Path, device: str, profile_path: str | None, as_json: bool
     from phaseplan.replay import compare_command
 
     compare_command(scenario, sets, device, profile_path, budget_s, as_json, console,
-                    _limits(no_limits, max_requests))
+                    planner.work_limits(no_limits, max_requests))
 
 
 @cli.command("bench-sim")
@@ -319,7 +319,8 @@ def bench_sim(hours: float, rate: float, sets: tuple[str, ...], no_limits: bool,
     """Simulator speed: open-loop traffic on 8 prefill + 16 decode instances; requests per wall-second."""
     from simulator.modeled.bench import bench, scenario
 
-    _preflight(scenario(hours, rate, sets), Path.cwd(), _limits(no_limits, max_requests), allow_profile_mismatch)
+    limits = planner.work_limits(no_limits, max_requests)
+    _preflight(scenario(hours, rate, sets), Path.cwd(), limits, allow_profile_mismatch)
     for line in bench(hours, rate, sets=sets):
         click.echo(line)
 
@@ -340,7 +341,7 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
-planner.register(cli, scenario_arg, json_option, set_option, console, dump)
+planner.register(cli, scenario_arg, json_option, set_option, work_options, console, dump)
 
 
 @cli.command("app")

@@ -13,6 +13,7 @@ from rich.console import Console
 from phaseplan.progress import Counter, bar, status
 
 if TYPE_CHECKING:
+    from simulator.budget import Limits
     from simulator.config.scenario import Scenario
     from simulator.planning.backends import Backend
 
@@ -34,15 +35,13 @@ def backend(kind: str, jobs: int | None) -> Backend:
     return Backend(kind, jobs or default_jobs())
 
 
-def write_pareto(name: str, results: list[dict[str, Any]], stem: Path, console: Console) -> None:
-    """The frontier of a sweep's points that ran (failed points have no figures)."""
-    from simulator.planning.pareto import point, write
+def pareto_files(name: str, results: list[dict[str, Any]], stem: Path) -> dict[Path, str | bytes]:
+    """The frontier of a sweep's points that ran (failed points have no figures), as files to write."""
+    from simulator.planning.pareto import files, point
     from simulator.planning.space import label
 
     pts = [point(label(r["point"]), r["metrics"]) for r in results if "error" not in r]
-    if pts:
-        csv_path, png_path = write(pts, name, stem)
-        console.print(f"pareto: {csv_path}, {png_path}")
+    return files(pts, name, stem) if pts else {}
 
 
 def run_repeats(sc: Scenario, scenario: Path, n: int, slo: str | None, jobs: int | None, backend_kind: str,
@@ -64,8 +63,15 @@ def run_repeats(sc: Scenario, scenario: Path, n: int, slo: str | None, jobs: int
         print_repeats(console, res)
 
 
+def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
+    """The limits every trial's run must pass (`--no-limits`, `--max-requests`), as `run`'s."""
+    from simulator.budget import Limits
+
+    return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
+
+
 def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, set_option: Decorator,
-             console: Console, dump: Dump) -> None:
+             work_options: Decorator, console: Console, dump: Dump) -> None:
     """Add the planner's verbs to the `phaseplan` group (the CLI's shared options and printers passed in)."""
 
     @cli.command("max-rate")
@@ -76,8 +82,9 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
     @jobs_option
     @backend_option
     @set_option
+    @work_options
     def max_rate_cmd(scenario: Path, slo: str | None, as_json: bool, start: float | None, jobs: int | None,
-                     backend_kind: str, sets: tuple[str, ...]) -> None:
+                     backend_kind: str, sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
         """The highest rate the configuration sustains within the SLO, and its cost per million tokens there."""
         from simulator.config import loader
         from simulator.planning.maxrate import max_rate
@@ -87,7 +94,8 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
-            res = max_rate(raw, sc, str(scenario), scenario.parent, limits, b, start=start, on_trial=note)
+            res = max_rate(raw, sc, str(scenario), scenario.parent, limits, b, start=start, on_trial=note,
+                           limits=work_limits(no_limits, max_requests))
         if as_json:
             click.echo(dump(res))
         else:
@@ -108,9 +116,10 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
     @jobs_option
     @backend_option
     @set_option
+    @work_options
     def plan(scenario: Path, rate: float, slo: str | None, objective: str, search: tuple[str, ...], runners_up: int,
              pareto_out: Path | None, as_json: bool, jobs: int | None, backend_kind: str,
-             sets: tuple[str, ...]) -> None:
+             sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
         """The fewest GPUs (or lowest cost) that meet the SLO at --rate: winner, runners-up, rejected and why."""
         from simulator.config import loader
         from simulator.planning import space as spaces
@@ -120,17 +129,24 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
 
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
+        stem = (pareto_out or Path(".")) / f"{scenario.stem}-plan"
+        if pareto_out is not None:  # checked before any candidate runs
+            from simulator.atomic import check_target
+            from simulator.planning.pareto import paths
+
+            check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
         dims = spaces.parse(search) if search else spaces.default(sc)
         total = len(spaces.candidates(dims))
         with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
             counter = Counter(tick)
             res = run_plan(raw, sc, str(scenario), scenario.parent, rate=rate, slo=limits, space=dims,
                            objective=objective, runners_up=runners_up, backend=b,
-                           on_level=lambda *_: counter.start_batch(), on_done=counter)
+                           on_level=lambda *_: counter.start_batch(), on_done=counter,
+                           limits=work_limits(no_limits, max_requests))
         if pareto_out is not None and res["evaluated"]:
             from simulator.planning.pareto import write
 
-            write(res["evaluated"], f"{sc.name} plan at {rate:g}", pareto_out / f"{scenario.stem}-plan")
+            write(res["evaluated"], f"{sc.name} plan at {rate:g}", stem)
         if as_json:
             click.echo(dump(res))
         else:

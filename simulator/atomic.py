@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from simulator.errors import InputError
@@ -49,7 +50,7 @@ def write_atomic(path: Path, text: str) -> None:
     write_files({Path(path): text})
 
 
-def write_files(files: dict[Path, str]) -> None:
+def write_files(files: Mapping[Path, str | bytes]) -> None:
     """Write all the files or none: temporaries first, then renames (an earlier file kept as a hard link until
     all are in place); any failure undoes what was done, earlier files back where they were."""
     made = _make_folders({p.parent for p in files})
@@ -60,8 +61,12 @@ def write_files(files: dict[Path, str]) -> None:
         for path, text in files.items():
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             temps[path] = Path(tmp)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            if isinstance(text, bytes):
+                with os.fdopen(fd, "wb") as fb:
+                    fb.write(text)
+            else:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
             os.chmod(tmp, 0o666 & ~_umask())
         for path, tmp in temps.items():
             if path.exists():

@@ -51,25 +51,27 @@ def boom(*args: object, **kwargs: object) -> None:
 
 @pytest.mark.parametrize("existing", [True, False], ids=["earlier-results", "new-folder"])
 @pytest.mark.parametrize("stage", ["budget", "simulation", "first-rename", "last-rename"])
-@pytest.mark.parametrize("verb", ["run", "sweep"])
+@pytest.mark.parametrize("verb", ["run", "sweep", "sweep --pareto"])
 def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys, verb, stage, existing) -> None:
+    """A sweep with --pareto writes four files (its CSV and JSON, the frontier's CSV and PNG): all or none."""
+    verb, *flags = verb.split()
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SMALL + ("sweep:\n  seed: [1, 2]\n" if verb == "sweep" else ""))
     out = tmp_path / "out" / "deeper"
     if existing:
         out.mkdir(parents=True)
         (out / "notes.txt").write_text("mine")
-        for name in ("result.json", "s-sweep.csv", "s-sweep.json"):
+        for name in ("result.json", "s-sweep.csv", "s-sweep.json", "s-sweep-pareto.csv", "s-sweep-pareto.png"):
             (out / name).write_text(f"an earlier {name}")
     before = snapshot(tmp_path)
-    args = [verb, str(scenario), "--out", str(out)]
+    args = [verb, str(scenario), "--out", str(out), *flags]
     if stage == "budget":
         args += ["--max-requests", "1"]
     elif stage == "simulation":  # (a sweep keeps a failed point: there the whole sweep fails)
         monkeypatch.setattr("simulator.results.result.simulate" if verb == "run" else
                             "simulator.planning.sweeps.run_sweep", boom)
     else:
-        files = 1 if verb == "run" else 2
+        files = 1 if verb == "run" else 2 + 2 * len(flags)
         fail_on_rename(monkeypatch, 1 if stage == "first-rename" else files)
     code, err = cli(monkeypatch, capsys, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -91,6 +93,16 @@ def test_failing_profile_leaves_out_as_it_was(tmp_path, monkeypatch, capsys, sta
     code, err = cli(monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out",
                     str(tmp_path / "new" / "p.json"))
     assert code == 2 and not (tmp_path / "new").exists()
+
+
+def test_a_sweep_writes_its_pareto_files_with_its_own(tmp_path, monkeypatch, capsys) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SMALL + "sweep:\n  seed: [1, 2]\n")
+    code, err = cli(monkeypatch, capsys, "sweep", str(scenario), "--out", str(tmp_path / "o"), "--pareto")
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert names == ["s-sweep-pareto.csv", "s-sweep-pareto.png", "s-sweep.csv", "s-sweep.json"]
+    assert (tmp_path / "o" / "s-sweep-pareto.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_successful_writes_replace_whole_files(tmp_path) -> None:

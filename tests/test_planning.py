@@ -180,3 +180,21 @@ def test_slo_verdicts_name_what_failed_first() -> None:
     for change, reason in cases:
         assert slo.verdict({**ok, **change}).startswith(reason)
     assert slo.overrides() == {"slo.ttft_ms": 1000.0, "slo.tpot_ms": 20.0}
+
+
+def test_a_candidate_over_the_work_limits_is_refused_not_simulated() -> None:
+    """plan's and max-rate's trials pass the same work limits as a single run (here: 24 requests over 10)."""
+    from simulator.budget import Limits
+
+    path = ROOT / "scenarios" / "kimi-k2.6-decode.yaml"
+    sc, raw = loader.load(path, ["traffic.requests=24"])
+    slo = SLO.parse("ttft_p95_ms=5000,tpot_p95_ms=30", sc)
+    with Backend("local", 1) as b:
+        res = plan(raw, sc, str(path), path.parent, rate=0.5, slo=slo,
+                   space=spaces.parse(["deployment.decode.instances=1,2"]), objective="gpus", runners_up=0,
+                   backend=b, limits=Limits().with_max_requests(10))
+        assert res["winner"] is None
+        assert res["rejected"] and all(r["reason"].startswith("over the work limit: ") for r in res["rejected"])
+        assert "about 24 requests, over the limit of 10" in res["rejected"][0]["reason"]
+        with pytest.raises(InputError, match="no rate meets the SLO .*: over the work limit: "):
+            max_rate(raw, sc, str(path), path.parent, slo, b, limits=Limits().with_max_requests(10))

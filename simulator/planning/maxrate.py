@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simulator.budget import Limits
 from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
@@ -38,9 +39,9 @@ def sig3(x: float) -> float:
 
 class _Search:
     def __init__(self, raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, slo: SLO,
-                 backend: Backend, on_trial: Callable[[str], None] | None) -> None:
+                 backend: Backend, on_trial: Callable[[str], None] | None, limits: Limits | None) -> None:
         self.raw, self.sc, self.source, self.base_dir, self.slo = raw, sc, source, base_dir, slo
-        self.backend, self.on_trial = backend, on_trial
+        self.backend, self.on_trial, self.limits = backend, on_trial, limits
         self.seen: dict[float, dict[str, Any]] = {}
 
     def scenario(self, rate: float) -> Scenario:
@@ -49,7 +50,8 @@ class _Search:
 
     def run(self, rates: list[float]) -> list[dict[str, Any]]:
         todo = [r for r in dict.fromkeys(rates) if r not in self.seen]
-        outs = self.backend.map(run_trial, [Trial(self.scenario(r), self.base_dir, self.slo) for r in todo])
+        trials = [Trial(self.scenario(r), self.base_dir, self.slo, limits=self.limits) for r in todo]
+        outs = self.backend.map(run_trial, trials)
         for r, out in zip(todo, outs, strict=True):
             self.seen[r] = out
             if self.on_trial is not None:
@@ -71,7 +73,11 @@ class _Search:
             raise InputError(f"max-rate: still within the SLO at {r:g} {unit(self.sc)}; no limit found")
         for _ in range(MAX_DOUBLINGS):
             nxt = sig3(r / 2)
-            if self.meets(nxt):
+            try:
+                ok = self.meets(nxt)
+            except InputError:  # below the lowest rate a scenario may have: nothing lower can be tried
+                break
+            if ok:
                 return nxt, r
             r = nxt
         out = self.seen[r]
@@ -91,10 +97,12 @@ class _Search:
 
 
 def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, slo: SLO, backend: Backend,
-             start: float | None = None, on_trial: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """The answer as JSON-ready data: rate, cost there, the metrics of the run at that rate, and the trials."""
+             start: float | None = None, on_trial: Callable[[str], None] | None = None,
+             limits: Limits | None = None) -> dict[str, Any]:
+    """The answer as JSON-ready data: rate, cost there, the metrics of the run at that rate, and the trials. A
+    rate whose run the work `limits` refuse counts as failing."""
     raw = {k: v for k, v in raw.items() if k != "sweep"}
-    search = _Search(raw, sc, source, base_dir, slo, backend, on_trial)
+    search = _Search(raw, sc, source, base_dir, slo, backend, on_trial, limits)
     lo, hi = search.bracket(start or current_rate(sc, base_dir) or 1.0)
     for n in range(MAX_ROUNDS):
         lo, hi = search.bisect(lo, hi)

@@ -56,8 +56,11 @@ def to_csv(points: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def chart(points: list[dict[str, Any]], title: str, path: Path) -> None:
-    """Two panels (vs TPOT, vs TTFT): every point grey, the frontier joined and labelled. Written atomically."""
+def chart(points: list[dict[str, Any]], title: str) -> bytes:
+    """Two panels (vs TPOT, vs TTFT): every point grey, the frontier joined and labelled, as PNG bytes (written
+    with the CSV, all or nothing)."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -83,19 +86,26 @@ def chart(points: list[dict[str, Any]], title: str, path: Path) -> None:
         ax.margins(x=0.25, y=0.15)
     fig.suptitle(f"{title} (modeled)")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    tmp.replace(path)
+    return buf.getvalue()
+
+
+def paths(stem: Path) -> tuple[Path, Path]:
+    """`STEM-pareto.csv` and `STEM-pareto.png`: named before any work, so `--out` can be checked first."""
+    return stem.with_name(stem.name + "-pareto.csv"), stem.with_name(stem.name + "-pareto.png")
+
+
+def files(points: list[dict[str, Any]], title: str, stem: Path) -> dict[Path, str | bytes]:
+    """The frontier's CSV and chart, for `write_files` (with a sweep's own files, all or nothing)."""
+    csv_path, png_path = paths(stem)
+    return {csv_path: to_csv(points), png_path: chart(points, title)}
 
 
 def write(points: list[dict[str, Any]], title: str, stem: Path) -> tuple[Path, Path]:
-    """`STEM-pareto.csv` and `STEM-pareto.png`."""
-    from simulator.atomic import write_atomic
+    """Write `files` (both or neither)."""
+    from simulator.atomic import write_files
 
-    csv_path = stem.with_name(stem.name + "-pareto.csv")
-    png_path = stem.with_name(stem.name + "-pareto.png")
-    write_atomic(csv_path, to_csv(points))
-    chart(points, title, png_path)
-    return csv_path, png_path
+    write_files(files(points, title, stem))
+    return paths(stem)

@@ -18,6 +18,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
+from simulator.budget import Limits
 from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
@@ -83,7 +84,7 @@ def _infer(done: list[Candidate], rest: list[Candidate]) -> None:
 def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, *, rate: float, slo: SLO,
          space: dict[str, list[Any]], objective: str, runners_up: int, backend: Backend,
          on_level: Callable[[int, int], None] | None = None,
-         on_done: Callable[[int], None] | None = None) -> dict[str, Any]:
+         on_done: Callable[[int], None] | None = None, limits: Limits | None = None) -> dict[str, Any]:
     """The answer as JSON-ready data (see the module doc); `on_level(todo, total)` before each level's trials."""
     if objective not in OBJECTIVES:
         raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
@@ -116,7 +117,7 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
         todo = [c for c in level if not c.pruned]
         if on_level is not None:
             on_level(len(todo), sum(len(lv) for lv in levels[n:]))
-        outs = backend.map(run_trial, [Trial(c.scenario, base_dir, slo) for c in todo], on_done)  # type: ignore[arg-type]
+        outs = backend.map(run_trial, [Trial(c.scenario, base_dir, slo, limits=limits) for c in todo], on_done)  # type: ignore[arg-type]
         for c, out in zip(todo, outs, strict=True):
             c.outcome, c.reason = out, out["reason"]
             simulated.append(c)

@@ -14,6 +14,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from simulator.budget import Limits, check
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.modeled.engine import Record, Simulation
@@ -24,17 +25,20 @@ from simulator.results.metrics import build_metrics
 CHECKS = 40  # how often (per run) the watch counts the requests over a limit
 ROUNDING = 1e-4  # ms: a Result rounds percentiles to 4 decimals; a stop needs a value clearly over the limit
 GROWTH = 3.0  # TTFT of the last quarter of arrivals this many times the first quarter's: the queue builds up
+OVER_LIMIT = "over the work limit"  # a candidate the run's work limits refuse (it fails; it is not simulated)
 
 
 @dataclass(frozen=True)
 class Trial:
     """What a worker needs: the scenario, its folder (for trace files), the SLO (None: run to the end and judge
-    nothing) and, for a repeat, which draw of the profile's p10–p90 spread to price steps with."""
+    nothing), for a repeat which draw of the profile's p10–p90 spread to price steps with, and the work limits
+    each run must pass, as a single run must (a probe at a high rate can imply millions of requests)."""
 
     scenario: Scenario
     base_dir: Path | None = None
     slo: SLO | None = None
     profile_draw: int | None = None
+    limits: Limits | None = None
 
 
 class _Missed(Exception):
@@ -121,6 +125,10 @@ def compact(metrics: dict[str, Any]) -> dict[str, Any]:
 def run_trial(trial: Trial) -> dict[str, Any]:
     """`{"meets", "reason", "stopped_early", "metrics"}`; a candidate that does not fit has no metrics."""
     sc, slo = trial.scenario, trial.slo
+    try:
+        check(sc, trial.base_dir, trial.limits)
+    except InputError as e:
+        return {"meets": False, "reason": f"{OVER_LIMIT}: {e}", "stopped_early": False, "metrics": None}
     profile = drawn_profile(sc, trial.base_dir, trial.profile_draw) if trial.profile_draw is not None else None
     try:
         sim = Simulation(sc, base_dir=trial.base_dir, profile=profile)
