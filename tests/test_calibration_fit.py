@@ -96,3 +96,21 @@ def test_a_pools_fp8_read_factor_replaces_the_rooflines_for_that_pool_only() -> 
     mem, _, _ = roofline.terms_us("decode_attention_mla", shape, sglang.hw)
     base, _, _ = roofline.terms_us("decode_attention_mla", shape, H200)
     assert mem == pytest.approx(base * 13.58 / roofline.FP8_KV_DEQUANT_FACTOR)
+
+
+@pytest.mark.parametrize("hardware, fitted", [("h200", True), ("h100", False)])
+def test_a_result_says_whether_its_roofline_factors_were_fitted(hardware: str, fitted: bool) -> None:
+    """Ops priced by the roofline use the hardware's factors: a Result names where fitted ones came from, and its
+    report line says so; judged factors add nothing."""
+    from simulator.config import loader
+    from simulator.pricing.profile import Profile
+    from simulator.results.report import provenance_line
+
+    root = Path(__file__).resolve().parents[1]
+    sc, _ = loader.load(root / "scenarios" / "kimi-k2.6-decode.yaml", [f"hardware={hardware}"])
+    prov = Profile.for_scenario(sc).provenance()
+    line = provenance_line({"provenance": prov})
+    assert ("roofline_fit" in prov) is fitted and ("fitted to measured tables" in line) is fitted
+    if fitted:
+        assert prov["roofline_fit"] == presets.hardware(hardware)["roofline"]["source"]
+    assert line.startswith(f"step times: MODELED ({hardware}; roofline")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from simulator.planning.pareto import point
 from simulator.planning.slo import reason_kind
-from simulator.results.report import provenance_line
+from simulator.results.report import provenance_folded
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
 WIDTH = 80
@@ -45,7 +45,7 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
     console.print(f"  {len(r['trials'])} trials ({stopped} stopped early)")
-    console.print(provenance_line(r))
+    console.print(provenance_folded(r))
 
 
 def _narrow(console: Console) -> Console:
@@ -85,7 +85,7 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     console.print(f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
                   f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
                   f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)")
-    console.print(provenance_line(p))
+    console.print(provenance_folded(p))
 
 
 LABELS = {"output_tokens_per_s": "out tok/s", "output_tokens_per_s_per_gpu": "out tok/s/GPU",
@@ -110,4 +110,4 @@ def print_repeats(console: Console, r: dict[str, Any]) -> None:
     s = r["slo_met"]
     console.print(f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
                   f"(95% CI {s['ci95'][0]:.0%}-{s['ci95'][1]:.0%})")
-    console.print(provenance_line(r))
+    console.print(provenance_folded(r))

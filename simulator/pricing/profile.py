@@ -167,6 +167,9 @@ class Profile:
                  interpolate_gemm: bool = False) -> None:
         self.device, self.source, self.file, self.date = device, source, file, date
         self.measured_by = dict(measured_by) if measured_by else None  # a third party's measurements: whose
+        # where the roofline's factors came from when a hardware preset carries fitted ones (ops without a table
+        # are priced by it): set by `for_scenario`, None for judged factors
+        self.roofline_fit: str | None = None
         grouped: dict[tuple[str, tuple], list[tuple[Mapping[str, Any], float]]] = {}
         for family, entries in kernels.items():
             for shape, us in entries:
@@ -193,13 +196,18 @@ class Profile:
     @classmethod
     def for_scenario(cls, sc: Scenario, base_dir: Path | None = None) -> Profile:
         """The scenario's `profile`: `roofline`, or a file (relative to the scenario's folder, else cwd)."""
+        hw = sc.hardware
+        if not isinstance(hw, HardwareSpec):
+            raise TypeError("a scenario's hardware preset is resolved before its profile")
         if sc.profile == "roofline":
-            assert isinstance(sc.hardware, HardwareSpec)
-            return cls.roofline(sc.hardware)
-        path = Path(sc.profile)
-        if not path.is_absolute() and base_dir is not None and (base_dir / path).is_file():
-            path = base_dir / path
-        return cls.load(path)
+            prof = cls.roofline(hw)
+        else:
+            path = Path(sc.profile)
+            if not path.is_absolute() and base_dir is not None and (base_dir / path).is_file():
+                path = base_dir / path
+            prof = cls.load(path)
+        prof.roofline_fit = hw.roofline.source if hw.roofline is not None else None
+        return prof
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
@@ -241,6 +249,8 @@ class Profile:
         if self.measured_by is not None:
             out["measured_by"] = self.measured_by["summary"]
             out["derived_gemm_forms"] = len(self.derived)
+        if self.roofline_fit is not None:
+            out["roofline_fit"] = self.roofline_fit
         return out
 
     def table(self, family: str, shape: Mapping[str, Any]) -> Table | None:

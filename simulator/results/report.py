@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,11 @@ from simulator.results.cost import generating, per_mtok
 from simulator.results.sweep_table import WIDTH, sweep_table
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
+
+
+def provenance_folded(result: dict[str, Any], width: int = WIDTH) -> str:
+    """`provenance_line` folded for an 80-column report (a sweep's, the planner's)."""
+    return textwrap.fill(provenance_line(result), width)
 
 
 def provenance_line(result: dict[str, Any]) -> str:
@@ -29,7 +35,8 @@ def provenance_line(result: dict[str, Any]) -> str:
                 "ops without a table on the roofline")
     if p.get("profile_source") == "measured":
         return f"step times: MEASURED kernel profile on {p.get('device')} ({p.get('file')}, {p.get('date')})"
-    return (f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}) - "
+    fitted = " with factors fitted to measured tables, docs/calibration.md" if p.get("roofline_fit") else ""
+    return (f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}{fitted}) - "
             "no kernel was measured for these numbers")
 
 
@@ -127,5 +134,5 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
         console.print(t)
     ran = [r for r in results if "provenance" in r]  # a failed point carries its error, not a provenance
     if ran:
-        console.print(provenance_line(ran[0]))
+        console.print(provenance_folded(ran[0]))
     console.print(f"csv: {csv_path}")
