@@ -77,10 +77,10 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
          "deployment.decode.chunk_size": 256, "deployment.prefill.instances": 2, "routing.policy": "least_kv",
          "traffic.rate": 12.0, "traffic.sessions.think_time_s": 0.3, "traffic.sessions.turns": 4, "seed": 626,
          "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.7, "max": 3000}},
-        # speculative decoding with a draft model (priced per accepted token), short of memory: preemptions
+        # speculative decoding with a draft model (tokens drawn per sequence and step), short of memory: preemptions
         {"deployment.decode.speculative": {"method": "draft", "draft_tokens": 3, "draft_model": "llama-3.1-8b",
                                            "acceptance": [0.8, 0.6, 0.4]},
-         "deployment.decode.mem_fraction": 0.16, "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0,
+         "deployment.decode.mem_fraction": 0.15, "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0,
          "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000}},
         # DP attention + wide EP across 2 nodes, redundant experts, imbalance, MTP; decode short of memory
         {"model": "deepseek-v3", "deployment.prefill": WIDE_EP, "traffic.rate": 20.0,

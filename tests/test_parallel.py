@@ -209,20 +209,17 @@ def test_verify_step_reads_the_cache_once_for_k_plus_one_queries() -> None:
     assert eh and eh[0].count == 2 and eh[0].params["n"] == H // 8
 
 
-def test_a_speculative_decode_step_costs_verify_plus_draft_per_accepted_token() -> None:
+def test_a_speculative_decode_step_costs_one_verify_step_plus_its_drafts() -> None:
     spec = Speculative(method="mtp", draft_tokens=1, acceptance=[0.85])
     pool = Pool(tp=8, ep=8, weights="fp8", kv_cache="fp8_e4m3", speculative=spec)
     cost = CostModel(DSV3, H200, pool, Profile.roofline(H200), integrity=False)
     batch, ctx = 32, 3000
-    per_token = float(cost.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0])
+    step = float(cost.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0])
     whole = cost.ops_breakdown(verify_ops(DSV3, pool, batch, ctx) + draft_ops(DSV3, pool, batch, ctx))
-    assert per_token == pytest.approx(sum(whole.values()) / 1.85, rel=1e-9)
+    assert step == pytest.approx(sum(whole.values()), rel=1e-9)  # the tokens it gives are drawn by the scheduler
     plain = CostModel(DSV3, H200, pool.model_copy(update={"speculative": None}), Profile.roofline(H200), False)
     one = float(plain.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0])
-    assert one / 1.85 < per_token < one  # verifying two positions costs more than one, less than two steps
-    # A step with a prefill chunk (recompute after preemption) runs without speculation.
-    mixed = (cost.step_s(batch, batch * ctx, 0, [(512, 0)]), plain.step_s(batch, batch * ctx, 0, [(512, 0)]))
-    assert mixed[0] == mixed[1]
+    assert one < step < 1.85 * one  # verifying two positions and drafting one costs more than a step, less than τ
 
 
 def test_a_draft_model_adds_its_weights_and_kv() -> None:

@@ -134,3 +134,15 @@ def test_a_rank_too_big_for_the_device_runs_a_subset_of_layers_and_shares_pages(
     assert rank["time_scaled"]
     assert all(kv["shared_physical_pages"] and kv["physical"] < kv["allocator"] for kv in prov["kv_pages"].values())
     assert result["metrics"]["completed"] == 8
+
+
+def test_replay_refuses_speculative_decoding_it_cannot_execute(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from cli_helpers import run_cli
+
+    code, out = run_cli(monkeypatch, capsys, "replay", str(SCENARIO), "--device", "cpu", "--set",
+                        "deployment.decode.speculative={method: draft, draft_model: tiny-gqa, acceptance: 1.5}")
+    assert code == 2 and "Traceback" not in out
+    assert out.strip().splitlines()[-1].endswith(
+        "deployment.decode.speculative: the replay executor runs plain decode steps; speculative decoding is modeled "
+        "only (--set deployment.decode.speculative=null to replay without it)")

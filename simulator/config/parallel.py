@@ -71,6 +71,23 @@ class Speculative(BaseModel):
             return float(self.acceptance)
         return 1.0 + sum(math.prod(self.acceptance[: i + 1]) for i in range(len(self.acceptance)))
 
+    @property
+    def position_probs(self) -> tuple[float, ...]:
+        """The chance that draft position i is accepted given every one before it was. A mean accepted length τ
+        is read as one rate p at every position, the one whose chain gives that mean: 1 + p + … + p^k = τ
+        (found by bisection: the sum grows with p)."""
+        if isinstance(self.acceptance, list):
+            return tuple(self.acceptance)
+        k, tau = self.draft_tokens, float(self.acceptance)
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if sum(mid**i for i in range(k + 1)) < tau:
+                lo = mid
+            else:
+                hi = mid
+        return (lo if tau < k + 1 else 1.0,) * k
+
 
 # Pool fields of this module with their defaults: a pool's JSON leaves them out while they are off, so Results
 # of deployments that do not use them keep their bytes.

@@ -198,6 +198,9 @@ class Instance(ServingInstance):
             t = self.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
             return [self.clock + t], None
         growth = self.sched.growth(plan, n)
+        if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
+            priced = self.cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
+            return np.add.accumulate(np.concatenate(([self.clock], priced.us * 1e-6)))[1:].tolist(), priced
         priced, ends = self.cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, self.clock)
         return ends, priced
 

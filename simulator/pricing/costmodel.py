@@ -109,9 +109,8 @@ class _Varying:
     """
 
     def __init__(self, family: str, shape: dict[str, Any], count: int, key: str, cap: float | None,
-                 curve: Curve | None, hw: HardwareSpec, scale: float = 1.0) -> None:
-        # `count` weighs the time (× `scale`: a speculative step's share per accepted token); `ops` counts kernels
-        self.count = count if scale == 1.0 else count * scale
+                 curve: Curve | None, hw: HardwareSpec) -> None:
+        self.count = count
         self.family, self.ops, self.key, self.cap = family, count, key, cap
         self.curve = None if curve is None else curve.scaled(self.count)  # all `count` ops
         (m0, c0, self.floor), (m1, c1, _) = (roofline.terms_us(family, {**shape, key: x}, hw) for x in (0, 1))
@@ -359,13 +358,11 @@ class CostModel:
         self.usage = Usage()
         self._prices: dict[tuple[str, Shape], tuple[float, str]] = {}
         self._decode: dict[int, _DecodePricing] = {}
-        self._varyings: dict[tuple[Op, float, bool], _Varying] = {}
+        self._varyings: dict[tuple[Op, bool], _Varying] = {}
         self._eager: dict[int, list[_Varying]] = {}
-        # Speculative decoding: a decode step is priced per accepted token (`pricing/speculative.py`); a step
-        # with prefill chunks runs without speculation and reads the plain pricing.
-        spec = pool.speculative
-        self._per_token = 1.0 / spec.tokens_per_step if spec is not None else 1.0
-        self._plain: dict[int, _DecodePricing] = self._decode if spec is None else {}
+        # Speculative decoding: a decode step is a verify step and its draft steps (`pricing/speculative.py`); a
+        # mixed step's decode part reads the plain pricing.
+        self._plain: dict[int, _DecodePricing] = self._decode if pool.speculative is None else {}
         self._lines = {line: _Line(self._line_pricer(line)) for line in LINES}
         # A prompt's first chunk (nothing before it) is most chunks and varies only in length: priced like a
         # line, for every length at once, instead of op by op per new length.
@@ -463,7 +460,7 @@ class CostModel:
 
     # -- internals ---------------------------------------------------------------------------------------
     def _pricing(self, batch: int) -> _DecodePricing:
-        """A decode-only step of `batch` sequences: plain, or per accepted token with speculation on."""
+        """A decode-only step of `batch` sequences: plain, or a verify step and its drafts with speculation on."""
         pricing = self._decode.get(batch)
         if pricing is None:
             pricing = self._decode[batch] = self._build(batch, self.pool.speculative is not None)
@@ -477,15 +474,13 @@ class CostModel:
         return pricing
 
     def _build(self, batch: int, speculative: bool) -> _DecodePricing:
-        """A speculative step is a verify step and its draft steps, each op's time × 1/τ: the price of one
-        accepted token."""
+        """A speculative step is a verify step and its draft steps: the scheduler draws the tokens it gives."""
         pages = 1 if self.integrity else 0
         if speculative:
-            ops, scale = speculative_step_ops(self.model, self.pool, batch, 1, pages), self._per_token
+            ops = speculative_step_ops(self.model, self.pool, batch, 1, pages)
         else:
-            ops, scale = step_ops(self.model, self.pool, batch, 1, (), pages, fused_moe=self.fused_moe), 1.0
-        return _DecodePricing(batch, self._fix(ops, scale), [self._varying(op, scale) for op in ops
-                                                             if op.family in VARYING])
+            ops = step_ops(self.model, self.pool, batch, 1, (), pages, fused_moe=self.fused_moe)
+        return _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops if op.family in VARYING])
 
     def _mixed_parts(self, batch: int) -> list[_Varying]:
         """The decode batch's varying parts as a mixed step runs them: without speculation, and eagerly (no CUDA
@@ -602,26 +597,24 @@ class CostModel:
             out[sel] = table.us(float(o), inner[sel])
         return out
 
-    def _varying(self, op: Op, scale: float = 1.0, eager: bool = False) -> _Varying:
-        v = self._varyings.get((op, scale, eager))
+    def _varying(self, op: Op, eager: bool = False) -> _Varying:
+        v = self._varyings.get((op, eager))
         if v is None:
             params = op.params
             key = "pages" if op.family == "integrity_check" else "context"
             cap = context_cap(self.model) if op.family in ATTENTION else None
             curve = self.profile.curve(op.family, params)
-            v = self._varyings[op, scale, eager] = _Varying(op.family, params, op.count, key, cap, curve,
-                                                            self.hw if eager else self.decode_hw, scale)
+            v = self._varyings[op, eager] = _Varying(op.family, params, op.count, key, cap, curve,
+                                                     self.hw if eager else self.decode_hw)
         return v
 
-    def _fix(self, ops: list[Op], scale: float = 1.0) -> _Fixed:
+    def _fix(self, ops: list[Op]) -> _Fixed:
         fixed = _Fixed()
         for op in ops:
             if op.family in VARYING:
                 continue
             us, src = self._price(op)
             us *= op.count
-            if scale != 1.0:
-                us *= scale
             fixed.us += us
             fixed.by_source[src] += us
             fixed.by_family[op.family] = fixed.by_family.get(op.family, 0.0) + us

@@ -1,12 +1,11 @@
 """A speculative decode step: the target model verifies k+1 positions per sequence after k draft steps.
 
-Priced per accepted token. The scheduler still advances a sequence one token per step; with speculation on,
-a decode step's price is one verify step plus its k draft steps divided by the expected accepted length τ
-(`Speculative.tokens_per_step`). This is the *expectation* model: every sequence gains τ tokens per verify step
-on average and exactly, rather than a number drawn per sequence and step, so KV growth, pages, TPOT and
-throughput follow the mean and both clocks apply it identically. What it leaves out: the spread of accepted
-lengths (tokens arrive in bursts of 1..k+1 in reality), the transient KV of the k rejected-or-not draft
-positions, and verify steps that carry prefill chunks (a step with chunks runs without speculation).
+The step is priced as it runs: one verify step (the target's op list over (k+1)·batch query rows, attention
+with k+1 queries per sequence, one read of each cache) plus its k draft steps (the model's MTP module k times,
+or a draft model's decode step k times). How many tokens it gives each sequence (1..k+1) is not the price's
+business: the scheduler draws it per sequence and step from the seed (`serving/speculation.py`), so TPOT and
+throughput follow from the steps that ran and the tokens they gave. A step with prefill chunks runs them alone,
+as SGLang does with speculation on (it turns mixed chunked prefill off).
 """
 
 from __future__ import annotations
@@ -37,5 +36,5 @@ def draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> list[Op
 
 def speculative_step_ops(model: ModelSpec, pool: Pool, batch: int, context: int,
                          integrity_pages: int = 0) -> list[Op]:
-    """One verify step and its draft steps (not divided by τ: that is the cost model's per-token price)."""
+    """One verify step and its draft steps."""
     return verify_ops(model, pool, batch, context, integrity_pages) + draft_ops(model, pool, batch, context)

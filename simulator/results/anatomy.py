@@ -76,16 +76,20 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
 
 
 def _speculative(sim: Simulation, pool: Pool, cost: CostModel, batch: int, context: int, pages: int) -> dict[str, Any]:
-    """One verify step and its k draft steps at the decode step's batch and context, apart, and what they cost
-    per accepted token (the decode step above is that price: the pair divided by the mean accepted length)."""
+    """One verify step and its k draft steps at the decode step's batch and context, apart (the decode step above is
+    the pair), the tokens a verify step gave in the run (drawn per sequence and step; the acceptance's expectation
+    beside it) and what that makes the price of a token."""
     spec = pool.speculative
     assert spec is not None
+    drawn = [i.sched.spec for i in sim.pools["decode"] if i.sched.spec is not None and i.sched.spec.verify_seq_steps]
+    steps = sum(s.verify_seq_steps for s in drawn)
+    accepted = sum(s.tokens for s in drawn) / steps if steps else spec.tokens_per_step
     verify = cost.ops_breakdown(verify_ops(sim.sc.model, pool, batch, context, pages if sim.sc.integrity.enabled
                                            else 0))
     draft = cost.ops_breakdown(draft_ops(sim.sc.model, pool, batch, context))
     v, d = sum(verify.values()), sum(draft.values())
     return {"method": spec.method, "draft_tokens": spec.draft_tokens,
-            "tokens_per_step": round(spec.tokens_per_step, 4),
+            "tokens_per_step": round(spec.tokens_per_step, 4), "accepted_per_step": round(accepted, 4),
             "verify_ms": round(v * 1e3, 4), "verify_by_family": _families(verify),
             "draft_ms": round(d * 1e3, 4), "draft_by_family": _families(draft),
-            "ms_per_accepted_token": round((v + d) / spec.tokens_per_step * 1e3, 4)}
+            "ms_per_accepted_token": round((v + d) / accepted * 1e3, 4)}

@@ -103,10 +103,11 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
                 fams += f" (one chunk on each of {step['dp_ranks']} DP ranks)"
             console.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
         spec = entry.get("speculative")
-        if spec is not None:  # the decode step above is this pair's price per accepted token
-            console.print(f"{pool} speculative ({spec['method']}, {spec['draft_tokens']} draft token(s), "
-                          f"{spec['tokens_per_step']:g} accepted per step): verify {spec['verify_ms']:,.1f} ms + "
-                          f"draft {spec['draft_ms']:,.1f} ms = {spec['ms_per_accepted_token']:,.1f} ms per token")
+        if spec is not None:  # the decode step above is this pair; its tokens were drawn per sequence and step
+            console.print(f"{pool} speculative ({spec['method']}, {spec['draft_tokens']} draft token(s)): verify "
+                          f"{spec['verify_ms']:,.1f} ms + draft {spec['draft_ms']:,.1f} ms a step, "
+                          f"{spec['accepted_per_step']:g} tokens accepted per step (expected "
+                          f"{spec['tokens_per_step']:g}) = {spec['ms_per_accepted_token']:,.1f} ms per token")
 
 
 def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:

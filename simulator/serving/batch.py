@@ -153,6 +153,11 @@ class DecodeBatch(Generic[T]):
         """The tables' rows in the cache's table store, in batch order (a view: read it before a change)."""
         return self._a[ROW, : len(self.seqs)]
 
+    @property
+    def orders(self) -> np.ndarray:
+        """The sequences' admission orders, in batch order (a view: read it before a change)."""
+        return self._a[ORDER, : len(self.seqs)]
+
     def join(self, seq: T, order: int, row: int, computed: int, remaining: int, fault_in: int, at: int) -> None:
         """`seq` joins at step count `at` with `computed` tokens cached and `remaining` to produce (a planned fault
         `fault_in` steps on, or none when negative); its progress is then counted from there."""

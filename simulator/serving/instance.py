@@ -24,6 +24,7 @@ from simulator.serving.cache import PagedCache
 from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker
 from simulator.serving.scheduler import Plan, Scheduler
 from simulator.serving.sequence import Seq
+from simulator.serving.speculation import Speculation
 
 
 def build_scheduler(sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None,
@@ -32,12 +33,13 @@ def build_scheduler(sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, inje
     deployment (1, 2, … across pools, in pool order), so its fault draws repeat."""
     cache = PagedCache(cap.pages, pool.page_size, sc.prefix_cache.enabled)
     prefill_only = name == "prefill"
+    spec = None if prefill_only or pool.speculative is None else Speculation(pool.speculative, sc.seed, pool.page_size)
     return Scheduler(
         cache, max_running=pool.max_running, max_batch_tokens=pool.max_batch_tokens,
         chunk_size=pool.chunk_size, reserve_tokens=pool.decode_reserve_tokens,
         prefill_only=prefill_only, tracker=CheckingTracker() if sc.integrity.enabled else NoopTracker(),
         injector=None if prefill_only else injector,
-        fault_rate=sc.integrity.fault_rate, rng=np.random.default_rng([sc.seed, 11, seed]),
+        fault_rate=sc.integrity.fault_rate, rng=np.random.default_rng([sc.seed, 11, seed]), speculation=spec,
     )
 
 

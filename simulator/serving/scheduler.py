@@ -21,6 +21,7 @@ from simulator.serving.batch import NEVER, DecodeBatch, growth
 from simulator.serving.cache import OutOfPages, PagedCache, page_keys
 from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker, release_after_fault
 from simulator.serving.sequence import Seq, StepCounter
+from simulator.serving.speculation import Speculation
 from simulator.workload.request import Request
 
 
@@ -40,6 +41,7 @@ class Plan:
     need: np.ndarray | None = None  # sequences needing a new page at step s, for s < page_size
     growth: np.ndarray | None = None  # cumulative new pages after each coming decode step, computed once
     grown: np.ndarray | None = None  # running sum of `growth`: the pages the first s+1 steps read beyond pages0
+    ctx: np.ndarray | None = None  # speculative decoding: the context each coming step reads (else ctx0 + batch·s)
     booked: int = 0  # decode steps whose pages are allocated (a step takes its pages when it starts)
 
     @property
@@ -96,6 +98,7 @@ class Scheduler:
         injector: FaultInjector | None = None,
         fault_rate: float = 0.0,
         rng: np.random.Generator | None = None,
+        speculation: Speculation | None = None,
     ) -> None:
         self.cache = cache
         self.max_running = max_running
@@ -108,6 +111,9 @@ class Scheduler:
         self.injector = injector
         self.fault_rate = fault_rate
         self.rng = rng
+        # Speculative decoding: a decode step is a verify step giving each sequence its drawn tokens, and a step
+        # with prefill chunks runs them alone (SGLang turns mixed chunked prefill off with speculation).
+        self.spec = speculation
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.counter = StepCounter()  # decode steps applied here: batch sequences' progress is counted from it
@@ -171,6 +177,8 @@ class Scheduler:
         if self.waiting:
             self._admit_waiting()
         plan = Plan()
+        if self.spec is not None and self._prefill(plan, self.max_batch_tokens):
+            return plan
         while True:
             plan.decode = decode = self.batch.seqs  # with the sequences that joined (placed by the check)
             if not decode:
@@ -178,19 +186,26 @@ class Scheduler:
             at = self.counter.n
             plan.need = need = np.empty(self.cache.page_size, dtype=np.int64)
             plan.pages0, plan.first_end, plan.first_fault = self.batch.summary(self.cache.store.lens, at, need)
+            if self.spec is not None:  # the page cycle of one token a step does not apply: the first step's pages
+                need[0] = self.spec.first_pages(self.batch, at)
             if need[0] <= self.cache.available:
                 plan.at = at
                 plan.ctx0 = self._ctx_base + len(decode) * at
                 break
             self._preempt_newest()
-        budget = self.max_batch_tokens - len(plan.decode)
+        if self.spec is None:
+            self._prefill(plan, self.max_batch_tokens - len(plan.decode))
+        return plan
+
+    def _prefill(self, plan: Plan, budget: int) -> bool:
+        """Add the prefill chunks of the step to the plan, within `budget` tokens; True if it has any."""
         if self._queued and len(self.running) > len(plan.decode):  # prompt tokens queued here: maybe prefilling
             for seq in self.running:
                 if seq.status == "prefill" and budget > 0:
                     chunk = min(seq.target - seq._computed, self.chunk_size, budget)  # (not in the batch)
                     plan.prefill.append((seq, chunk))
                     budget -= chunk
-        return plan
+        return bool(plan.prefill)
 
     def steps_until_change(self, plan: Plan, limit: int = 1 << 30) -> int:
         """Identical decode steps that can follow: until a completion, a page shortfall or a planned fault."""
@@ -219,7 +234,10 @@ class Scheduler:
         once per plan (pricing, checks, occupancy)."""
         if plan.growth is None or len(plan.growth) < n:
             assert plan.need is not None
-            plan.growth, plan.grown = growth(plan.need, n)
+            if self.spec is None:
+                plan.growth, plan.grown = growth(plan.need, n)
+            else:
+                plan.growth, plan.grown, plan.ctx = self.spec.horizon(self.batch, plan.at, n)
         return plan.growth[:n]
 
     def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
@@ -235,7 +253,10 @@ class Scheduler:
         plan.booked = k
         if not pages:
             return [], []
-        rows, steps, counts = self.batch.due(plan.at, plan.need, b, k, pages)
+        if self.spec is None:
+            rows, steps, counts = self.batch.due(plan.at, plan.need, b, k, pages)
+        else:
+            rows, steps, counts = self.spec.due(self.batch, plan.at, b, k)
         self.cache.allocate_rows(rows)
         return steps.tolist(), counts.tolist()
 
@@ -273,6 +294,8 @@ class Scheduler:
             assert plan.grown is not None
             ev.checked_pages = k * plan.pages0 + int(plan.grown[k - 1])
             self.counters.checked_pages += ev.checked_pages
+        if self.spec is not None:
+            self.spec.advanced(self.batch, plan.at, k)
         self.counter.n += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         if plan.first_end <= self.counter.n:
             for seq in self.batch.ended(self.counter.n):
@@ -294,6 +317,8 @@ class Scheduler:
             else:  # it leaves the batch
                 self._ctx_base -= seq._computed - seq._origin
                 self.batch.leave(seq.order)
+                if self.spec is not None:
+                    self.spec.leave(seq.order)
                 seq._settle()
         seq.status = status
 
@@ -304,7 +329,12 @@ class Scheduler:
         for seq in self._joining:
             seq._origin = at
             self._ctx_base += seq._computed - at
-            self.batch.join(seq, seq.order, seq.table.row, seq._computed, seq._remaining, seq._fault_in, at)
+            steps = seq._remaining
+            if self.spec is not None:  # its drawn chain: the steps until its output ends
+                seq._gains = self.spec.join(seq.order, seq.req.id, seq.req.output_tokens, seq._generated,
+                                            seq._remaining, seq._computed, seq.table.n, at)
+                steps = len(seq._gains) - 1
+            self.batch.join(seq, seq.order, seq.table.row, seq._computed, steps, seq._fault_in, at)
         self._joining.clear()
 
     def _pages(self, tokens: int) -> int:

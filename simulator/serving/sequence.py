@@ -2,7 +2,8 @@
 
 While a sequence is in the decode batch its progress is not written step by step: it reads its instance's step
 counter, so a run of k steps advances the whole batch by adding k to one number. The sequence holds the counter,
-not the scheduler, so it depends on nothing that schedules it.
+not the scheduler, so it depends on nothing that schedules it. Under speculative decoding a step gives a sequence
+1..k+1 tokens: its progress after j steps is then read from its chain of drawn gains (`serving/speculation.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ class StepCounter:
 
 
 def _progress(attr: str, sign: int, doc: str) -> property:
-    """A count that moves by `sign` per decode step while its sequence is in the batch; set only outside it."""
+    """A count that moves by `sign` per decoded token while its sequence is in the batch; set only outside it."""
 
     def get(seq: Seq) -> int:
-        return getattr(seq, attr) + sign * seq._moved()
+        return getattr(seq, attr) + sign * seq._gained()
 
     def set_(seq: Seq, value: int) -> None:
         if seq._origin is not None:
@@ -46,7 +47,7 @@ class Seq:
     """
 
     __slots__ = ("req", "target", "table", "keys", "order", "fault", "status", "_counter", "_origin",
-                 "_computed", "_remaining", "_generated", "_fault_in")
+                 "_computed", "_remaining", "_generated", "_fault_in", "_gains")
 
     def __init__(self, req: Request, target: int, counter: StepCounter, remaining: int, keys: np.ndarray) -> None:
         self.req = req
@@ -62,9 +63,16 @@ class Seq:
         self._remaining = remaining
         self._generated = 0
         self._fault_in = -1
+        self._gains: np.ndarray | None = None  # speculative decoding: tokens gained after j steps in the batch
 
     def _moved(self) -> int:
+        """Decode steps since it joined the batch."""
         return 0 if self._origin is None else self._counter.n - self._origin
+
+    def _gained(self) -> int:
+        """Tokens decoded since it joined the batch: one a step, or its drawn chain's under speculation."""
+        moved = self._moved()
+        return moved if self._gains is None else int(self._gains[moved])
 
     computed = _progress("_computed", +1, "Tokens whose KV is in this instance's cache.")
     remaining = _progress("_remaining", -1, "Output tokens this instance still has to produce.")
@@ -81,10 +89,11 @@ class Seq:
 
     def _settle(self) -> None:
         """Leave the batch: store the values as of now."""
-        moved = self._moved()
-        self._computed += moved
-        self._remaining -= moved
-        self._generated += moved
+        moved, gained = self._moved(), self._gained()
+        self._computed += gained
+        self._remaining -= gained
+        self._generated += gained
         if self._fault_in >= 0:
             self._fault_in -= moved
         self._origin = None
+        self._gains = None
