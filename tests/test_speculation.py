@@ -59,17 +59,19 @@ class _Seq:
 
 
 def _joined(page_size: int, k: int, seqs: list[tuple[int, np.ndarray, int]], at: int
-            ) -> tuple[Speculation, DecodeBatch[_Seq]]:
+            ) -> tuple[Speculation, DecodeBatch[_Seq], list[np.ndarray]]:
     """A batch of sequences (row, drawn accepted counts a(g), cached tokens), each having produced one token."""
     spec = Speculative(method="mtp", draft_tokens=k, acceptance=1.0)
     s = Speculation(spec, seed=0, page_size=page_size)
     batch: DecodeBatch[_Seq] = DecodeBatch(page_size)
+    chains = []
     for order, (row, a, cached) in enumerate(seqs, start=1):
         s.accepted = lambda req_id, output, a=a: a  # type: ignore[method-assign]
         held = -(-cached // page_size)
         gains = s.join(order, order, len(a), 1, len(a) - 1, cached, held, at)
         batch.join(_Seq(), order, row, cached, len(gains) - 1, -1, at)
-    return s, batch
+        chains.append(gains)
+    return s, batch, chains
 
 
 def test_pages_and_context_of_a_run_of_verify_steps_by_hand() -> None:
@@ -82,19 +84,19 @@ def test_pages_and_context_of_a_run_of_verify_steps_by_hand() -> None:
     #   (0); 6 cached → ⌈9/4⌉ = 3 (1).
     a_seq = np.array([1, 3, 1, 1, 2, 1, 1, 1, 1, 1], dtype=np.int64)
     b_seq = np.array([1, 1, 1, 3, 1, 1, 1, 1, 1, 1], dtype=np.int64)
-    s, batch = _joined(4, 2, [(7, a_seq, 6), (9, b_seq, 4)], at=10)
-    assert s.first_pages(batch, 10) == 2
-    growth, grown, ctx = s.horizon(batch, 10, 3)
+    s, batch, _ = _joined(4, 2, [(7, a_seq, 6), (9, b_seq, 4)], at=10)
+    assert s.first_pages(10) == 2
+    growth, grown, ctx = s.horizon(10, 3)
     assert growth.tolist() == [2, 2, 4]  # cumulative new pages: (1 + 1), (0 + 0), (1 + 1)
     assert grown.tolist() == [2, 4, 8]
     assert ctx.tolist() == [6 + 4 + 2, 9 + 5 + 2, 11 + 6 + 2]  # Σ cached + one position per sequence
-    rows, steps, counts = s.due(batch, 10, 0, 3)
+    rows, steps, counts = s.due(batch.rows, 10, 0, 3)
     assert rows.tolist() == [7, 9, 7, 9] and steps.tolist() == [0, 2] and counts.tolist() == [2, 2]
-    rows, steps, counts = s.due(batch, 10, 1, 3)  # the same run after its first step was booked
+    rows, steps, counts = s.due(batch.rows, 10, 1, 3)  # the same run after its first step was booked
     assert rows.tolist() == [7, 9] and steps.tolist() == [2] and counts.tolist() == [2]
     # One step later (a new plan at step count 11), the run continues where it was.
-    assert s.horizon(batch, 11, 2)[0].tolist() == [0, 2]
-    s.advanced(batch, 10, 3)
+    assert s.horizon(11, 2)[0].tolist() == [0, 2]
+    s.advanced(10, 3)
     assert (s.verify_seq_steps, s.tokens) == (6, 3 + 2 + 1 + 1 + 1 + 3)
 
 
@@ -107,8 +109,8 @@ def test_a_run_needs_what_its_steps_need_one_by_one(page_size: int, k: int, shap
     k + 1 positions; it gains its draw at its output position, the last cut to what is left."""
     rng = np.random.default_rng(seed)
     seqs = [(10 + i, rng.integers(1, k + 2, size=out), cached) for i, (cached, out) in enumerate(shapes)]
-    s, batch = _joined(page_size, k, seqs, at=0)
-    n = min(len(t.gains) - 1 for t in s._tracks.values())  # a run stops at the first end
+    s, batch, chains = _joined(page_size, k, seqs, at=0)
+    n = min(len(g) - 1 for g in chains)  # a run stops at the first end
     b = data.draw(st.integers(0, n - 1))
     need = np.zeros(n, dtype=np.int64)
     ctx = np.full(n, len(seqs), dtype=np.int64)
@@ -126,11 +128,11 @@ def test_a_run_needs_what_its_steps_need_one_by_one(page_size: int, k: int, shap
             g, left, cached = g + gain, left - gain, cached + gain
     for step in range(b, n):
         rows += per_step[step]
-    growth, grown, got_ctx = s.horizon(batch, 0, n)
+    growth, grown, got_ctx = s.horizon(0, n)
     assert growth.tolist() == np.cumsum(need).tolist()
     assert grown.tolist() == np.cumsum(np.cumsum(need)).tolist()
     assert got_ctx.tolist() == ctx.tolist()
-    got_rows, steps, counts = s.due(batch, 0, b, n)
+    got_rows, steps, counts = s.due(batch.rows, 0, b, n)
     assert got_rows.tolist() == rows
     assert steps.tolist() == [i for i in range(b, n) if need[i]] and counts.tolist() == [int(x) for x in need[b:] if x]
 
@@ -152,3 +154,23 @@ def test_a_speculative_run_gives_its_drawn_tokens_and_repeats() -> None:
     # Every output token was decoded: the prefill's first, then the verify steps' (nothing preempted here).
     assert result["metrics"]["preempted"] == 0
     assert tokens == sum(r.output - 1 for r in sim.records.values() if r.status == "completed")
+
+
+def test_chains_survive_leaves_and_the_store_compacting() -> None:
+    """Sequences join and leave in any order while the chain store compacts and grows: a run's needs stay those of
+    the sequences in the batch, computed afresh."""
+    rng = np.random.default_rng(7)
+    seqs = [(100 + i, rng.integers(1, 4, size=int(rng.integers(300, 900))), int(rng.integers(0, 500)))
+            for i in range(40)]
+    s, batch, _ = _joined(16, 2, seqs, at=0)
+    for order in rng.permutation(np.arange(1, 41))[:25].tolist():
+        batch.leave(order)
+        s.leave(order)
+    s._compact(0)  # what a join finding the store full does
+    kept = sorted(o for o in range(1, 41) if o in set(batch.orders.tolist()))
+    fresh, fresh_batch, _ = _joined(16, 2, [seqs[o - 1] for o in kept], at=0)
+    assert np.array_equal(batch.rows, fresh_batch.rows)
+    for got, want in zip(s.horizon(0, 200), fresh.horizon(0, 200), strict=True):
+        assert np.array_equal(got, want)
+    assert np.array_equal(s.due(batch.rows, 0, 5, 150)[0], fresh.due(fresh_batch.rows, 0, 5, 150)[0])
+    assert s._used == s._live == fresh._used  # nothing of the sequences that left is kept

@@ -187,7 +187,7 @@ class Scheduler:
             plan.need = need = np.empty(self.cache.page_size, dtype=np.int64)
             plan.pages0, plan.first_end, plan.first_fault = self.batch.summary(self.cache.store.lens, at, need)
             if self.spec is not None:  # the page cycle of one token a step does not apply: the first step's pages
-                need[0] = self.spec.first_pages(self.batch, at)
+                need[0] = self.spec.first_pages(at)
             if need[0] <= self.cache.available:
                 plan.at = at
                 plan.ctx0 = self._ctx_base + len(decode) * at
@@ -237,7 +237,7 @@ class Scheduler:
             if self.spec is None:
                 plan.growth, plan.grown = growth(plan.need, n)
             else:
-                plan.growth, plan.grown, plan.ctx = self.spec.horizon(self.batch, plan.at, n)
+                plan.growth, plan.grown, plan.ctx = self.spec.horizon(plan.at, n)
         return plan.growth[:n]
 
     def book(self, plan: Plan, k: int) -> tuple[list[int], list[int]]:
@@ -256,7 +256,7 @@ class Scheduler:
         if self.spec is None:
             rows, steps, counts = self.batch.due(plan.at, plan.need, b, k, pages)
         else:
-            rows, steps, counts = self.spec.due(self.batch, plan.at, b, k)
+            rows, steps, counts = self.spec.due(self.batch.rows, plan.at, b, k)
         self.cache.allocate_rows(rows)
         return steps.tolist(), counts.tolist()
 
@@ -295,7 +295,7 @@ class Scheduler:
             ev.checked_pages = k * plan.pages0 + int(plan.grown[k - 1])
             self.counters.checked_pages += ev.checked_pages
         if self.spec is not None:
-            self.spec.advanced(self.batch, plan.at, k)
+            self.spec.advanced(plan.at, k)
         self.counter.n += k  # every batch sequence moves k steps (nothing joins or leaves between schedule and here)
         if plan.first_end <= self.counter.n:
             for seq in self.batch.ended(self.counter.n):

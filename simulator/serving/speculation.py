@@ -15,13 +15,12 @@ of rejected positions are written again by the next step, not returned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from bisect import bisect_left
 
 import numpy as np
 from numba import njit
 
 from simulator.config.parallel import Speculative
-from simulator.serving.batch import DecodeBatch
 
 
 @njit(cache=True)
@@ -39,25 +38,80 @@ def _chain(a: np.ndarray, g0: int, remaining: int, out: np.ndarray) -> int:
     return m
 
 
-@dataclass(slots=True)
-class _Track:
-    """A batch sequence's chain from the step count it joined at."""
+OFF, LEN, ORIGIN, CACHED, HELD = range(5)  # a sequence's chain in the store, when it joined, tokens and pages then
+FIELDS = 5
 
-    gains: np.ndarray  # tokens gained after j verify steps since joining (gains[0] = 0)
-    cached: int  # tokens cached when it joined
-    origin: int  # the step count when it joined
-    held: int  # pages it held when it joined
+
+@njit(cache=True)
+def _pages(tokens: int, k1: int, ps: int) -> int:
+    """Pages that hold `tokens` cached plus the k+1 positions a verify step writes."""
+    return -(-(tokens + k1) // ps)
+
+
+@njit(cache=True)
+def _new_pages(a: np.ndarray, n: int, store: np.ndarray, at: int, b: int, k: int, k1: int, ps: int,
+               new: np.ndarray, ctx: np.ndarray) -> None:
+    """new[i, s]: pages sequence i takes at step b+s of a run planned at step count `at` (s < k - b); ctx[s]: the
+    tokens the batch has cached when that step starts."""
+    for i in range(n):
+        off, cached = a[OFF, i], a[CACHED, i]
+        m = at - a[ORIGIN, i] + b
+        prev = a[HELD, i] if m == 0 else _pages(cached + store[off + m - 1], k1, ps)
+        for s in range(k - b):
+            c = cached + store[off + m + s]
+            pages = _pages(c, k1, ps)
+            new[i, s] = pages - prev
+            prev = pages
+            ctx[s] += c
+
+
+@njit(cache=True)
+def _due(new: np.ndarray, rows: np.ndarray, out: np.ndarray, steps: np.ndarray, counts: np.ndarray) -> int:
+    """Rows that take pages, step by step and in batch order within a step (a row once per page), into `out`; the
+    steps that take pages into `steps` with how many into `counts`. Returns how many steps take pages."""
+    r = m = 0
+    for s in range(new.shape[1]):
+        total = 0
+        for i in range(new.shape[0]):
+            for _ in range(new[i, s]):
+                out[r] = rows[i]
+                r += 1
+            total += new[i, s]
+        if total:
+            steps[m] = s
+            counts[m] = total
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def _gained(a: np.ndarray, n: int, store: np.ndarray, at: int, k: int) -> int:
+    """Tokens the batch's k verify steps from step count `at` gave."""
+    total = 0
+    for i in range(n):
+        m = at - a[ORIGIN, i]
+        total += store[a[OFF, i] + m + k] - store[a[OFF, i] + m]
+    return total
 
 
 class Speculation:
-    """The accepted tokens of one decode instance's sequences, and what a run of verify steps needs of the cache."""
+    """The accepted tokens of one decode instance's sequences, and what a run of verify steps needs of the cache.
+
+    Each batch sequence's chain lives in one flat store (appended at its join, compacted when half of it is
+    chains of sequences that left), and its columns in batch order beside the batch's own, so a run's questions
+    are one compiled pass each.
+    """
 
     def __init__(self, spec: Speculative, seed: int, page_size: int) -> None:
         self.k = spec.draft_tokens
         self.probs = np.array(spec.position_probs)
         self.seed = seed
         self.page_size = page_size
-        self._tracks: dict[int, _Track] = {}  # by admission order
+        self._a = np.zeros((FIELDS, 64), dtype=np.int64)  # columns in batch (admission) order
+        self._orders: list[int] = []  # the batch's admission orders, ascending, as the batch keeps them
+        self._store = np.zeros(1024, dtype=np.int64)
+        self._used = 0  # store entries written
+        self._live = 0  # of which, chains of batch sequences
         self.verify_seq_steps = 0  # Σ over verify steps of the batch size
         self.tokens = 0  # tokens those steps gave
 
@@ -70,62 +124,76 @@ class Speculation:
 
     def join(self, order: int, req_id: int, output: int, generated: int, remaining: int, cached: int, held: int,
              at: int) -> np.ndarray:
-        """A sequence joins the batch at step count `at`: its chain from there (returned: the caller's progress
-        reads it), whose length less one is the verify steps until its output ends."""
-        out = np.empty(remaining + 1, dtype=np.int64)
-        m = _chain(self.accepted(req_id, output), generated, remaining, out)
-        gains = out[: m + 1]
-        self._tracks[order] = _Track(gains, cached, at, held)
-        return gains
+        """A sequence joins the batch at step count `at` (the batch places it by admission order, and so does
+        this): its chain from there (returned: its progress reads it), whose length less one is the verify steps
+        until its output ends."""
+        if self._used + remaining + 1 > len(self._store):
+            self._compact(remaining + 1)
+        off = self._used
+        m = _chain(self.accepted(req_id, output), generated, remaining, self._store[off:])
+        self._used += m + 1
+        self._live += m + 1
+        i = bisect_left(self._orders, order)
+        self._orders.insert(i, order)
+        n = len(self._orders)
+        if n > self._a.shape[1]:
+            self._a = np.concatenate((self._a, np.zeros_like(self._a)), axis=1)
+        self._a[:, i + 1 : n] = self._a[:, i : n - 1].copy()
+        self._a[:, i] = (off, m + 1, at, cached, held)
+        return self._store[off : off + m + 1].copy()
 
     def leave(self, order: int) -> None:
-        del self._tracks[order]
+        i = bisect_left(self._orders, order)
+        del self._orders[i]
+        self._live -= int(self._a[LEN, i])
+        n = len(self._orders)
+        self._a[:, i:n] = self._a[:, i + 1 : n + 1].copy()
 
-    def _pages(self, tokens: np.ndarray | int) -> np.ndarray | int:
-        """Pages that hold `tokens` cached plus the k+1 positions a verify step writes."""
-        return -(-(tokens + self.k + 1) // self.page_size)
+    def _compact(self, room: int) -> None:
+        """Move the batch's chains to the front of the store (growing it if they and `room` do not fit)."""
+        n = len(self._orders)
+        size = len(self._store)
+        while self._live + room > size // 2:
+            size *= 2
+        store = np.zeros(size, dtype=np.int64)
+        used = 0
+        for i in range(n):
+            off, length = self._a[OFF, i], self._a[LEN, i]
+            store[used : used + length] = self._store[off : off + length]
+            self._a[OFF, i] = used
+            used += length
+        self._store, self._used = store, used
 
-    def _new_pages(self, t: _Track, at: int, b: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Pages the sequence takes at steps b..n-1 of a run planned at step count `at`, and the tokens it has
-        cached when each of those steps starts."""
-        m = at - t.origin + b
-        cached = t.cached + t.gains[m : m + n - b]
-        before = t.held if m == 0 else self._pages(t.cached + int(t.gains[m - 1]))
-        pages = self._pages(cached)
-        return np.diff(pages, prepend=before), cached
+    def _new(self, at: int, b: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        n = len(self._orders)
+        new = np.empty((n, k - b), dtype=np.int64)
+        ctx = np.full(k - b, n, dtype=np.int64)  # one position per sequence, as a plain step reads
+        _new_pages(self._a, n, self._store, at, b, k, self.k + 1, self.page_size, new, ctx)
+        return new, ctx
 
-    def horizon(self, batch: DecodeBatch, at: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def horizon(self, at: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The run's next n verify steps: cumulative new pages after each, the running sum of those (pages read
         beyond the start) and the context each step reads (Σ cached + 1 per sequence, as a plain step reads)."""
-        need = np.zeros(n, dtype=np.int64)
-        ctx = np.full(n, len(batch.seqs), dtype=np.int64)
-        for order in batch.orders.tolist():
-            new, cached = self._new_pages(self._tracks[order], at, 0, n)
-            need += new
-            ctx += cached
-        growth = np.cumsum(need)
+        new, ctx = self._new(at, 0, n)
+        growth = np.cumsum(new.sum(axis=0))
         return growth, np.cumsum(growth), ctx
 
-    def first_pages(self, batch: DecodeBatch, at: int) -> int:
+    def first_pages(self, at: int) -> int:
         """Pages the run's first verify step takes."""
-        return sum(int(self._new_pages(self._tracks[o], at, 0, 1)[0][0]) for o in batch.orders.tolist())
+        return int(self._new(at, 0, 1)[0].sum())
 
-    def due(self, batch: DecodeBatch, at: int, b: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows that take pages at steps b..k-1, step by step and in batch order within a step (a row listed once
-        per page), and the steps that take pages with how many each — `DecodeBatch.due` for verify steps."""
-        orders = batch.orders.tolist()
-        new = np.empty((len(orders), k - b), dtype=np.int64)
-        for i, order in enumerate(orders):
-            new[i] = self._new_pages(self._tracks[order], at, b, k)[0]
-        counts = new.sum(axis=0)
-        steps = np.flatnonzero(counts)
-        rows = np.repeat(np.broadcast_to(batch.rows[:, None], new.shape).T.ravel(), new.T.ravel())
-        return rows, b + steps, counts[steps]
+    def due(self, rows: np.ndarray, at: int, b: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch's table `rows` that take pages at steps b..k-1, step by step and in batch order within a step
+        (a row once per page), and the steps that take pages with how many each: `DecodeBatch.due` for verify
+        steps."""
+        new, _ = self._new(at, b, k)
+        out = np.empty(int(new.sum()), dtype=np.int64)
+        steps, counts = np.empty((2, k - b), dtype=np.int64)
+        m = _due(new, rows, out, steps, counts)
+        return out, b + steps[:m], counts[:m]
 
-    def advanced(self, batch: DecodeBatch, at: int, k: int) -> None:
+    def advanced(self, at: int, k: int) -> None:
         """k verify steps ran from step count `at`: count the batch's steps and the tokens they gave."""
-        self.verify_seq_steps += k * len(batch.seqs)
-        for order in batch.orders.tolist():
-            t = self._tracks[order]
-            m = at - t.origin
-            self.tokens += int(t.gains[m + k] - t.gains[m])
+        n = len(self._orders)
+        self.verify_seq_steps += k * n
+        self.tokens += _gained(self._a, n, self._store, at, k)
