@@ -28,6 +28,8 @@ def _progress(attr: str, sign: int, doc: str) -> property:
     """A count that moves by `sign` per decoded token while its sequence is in the batch; set only outside it."""
 
     def get(seq: Seq) -> int:
+        if seq._origin is None:
+            return getattr(seq, attr)
         return getattr(seq, attr) + sign * seq._gained()
 
     def set_(seq: Seq, value: int) -> None:
