@@ -46,8 +46,12 @@ def test_replay_runs_both_tiny_models_end_to_end(model: str) -> None:
     json.dumps(result, allow_nan=False)  # the Result schema stays JSON
 
 
-def test_modeled_clock_through_the_executor_equals_run() -> None:
-    sc = tiny()
+SPEC = "deployment.decode.speculative={method: draft, draft_tokens: 2, draft_model: tiny-gqa, acceptance: [0.7, 0.5]}"
+
+
+@pytest.mark.parametrize("sets", [(), (SPEC,)], ids=["plain", "speculative-draft"])
+def test_modeled_clock_through_the_executor_equals_run(sets: tuple[str, ...]) -> None:
+    sc = tiny(*sets)
     ran, sim = simulate(sc, SCENARIO.parent)
     replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
     assert replayed["metrics"] == ran["metrics"]
@@ -77,8 +81,8 @@ class _Shadow(ReplayClock):
         self.rows: dict[tuple[int, int], torch.Tensor] = {}
         self.sampled: tuple[Any, ...] | None = None
 
-    def _execute(self, runner: Any, plan: Any, kv: Any) -> float:
-        t = super()._execute(runner, plan, kv)
+    def _execute(self, inst: Any, runner: Any, plan: Any, kv: Any) -> float:
+        t = super()._execute(inst, runner, plan, kv)
         inp = build(plan, kv)
         written = kv.gather(0, inp.batch.slots)
         keys = [(s.req.id, s.computed) for s in plan.decode]
@@ -136,13 +140,41 @@ def test_a_rank_too_big_for_the_device_runs_a_subset_of_layers_and_shares_pages(
     assert result["metrics"]["completed"] == 8
 
 
-def test_replay_refuses_speculative_decoding_it_cannot_execute(monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+class _Rows(ReplayClock):
+    """Records each forward pass of a decode step: the model, its rows' positions and what each row attends to."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.passes: list[tuple[str, list[int], list[int]]] = []
+
+    def _forward(self, runner: Any, inp: Any, kv: Any) -> float:
+        if inp.batch.decode:
+            self.passes.append((runner.model.name, inp.batch.positions.tolist(), inp.batch.seq_lens.tolist()))
+        return super()._forward(runner, inp, kv)
+
+
+def test_a_verify_step_runs_k_plus_one_rows_per_sequence_then_k_draft_passes() -> None:
+    from kernels.executor.device import prepare
+
+    sc = tiny("traffic.requests=12", SPEC)
+    timer = _Rows(sc, prepare("cpu"), "measured", samples=1)
+    simulate(sc, SCENARIO.parent, step_mode=True, timer=timer)
+    assert timer.passes and len(timer.passes) % 3 == 0  # verify, then draft tokens 2 passes of the draft model
+    for i in range(0, len(timer.passes), 3):
+        (vm, vpos, vlens), (d0m, d0pos, _), (d1m, d1pos, d1lens) = timer.passes[i : i + 3]
+        assert (vm, d0m, d1m) == ("tiny-mla-moe", "tiny-gqa", "tiny-gqa")
+        starts = vpos[::3]  # each sequence's cached tokens: rows at computed, computed + 1, computed + 2
+        assert vpos == [p + j for p in starts for j in range(3)] and vlens == [p + 1 for p in vpos]
+        assert d0pos == starts and d1pos == [p + 1 for p in starts] and d1lens == [p + 2 for p in starts]
+
+
+def test_replay_refuses_mtp_it_cannot_execute(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
     from cli_helpers import run_cli
 
-    code, out = run_cli(monkeypatch, capsys, "replay", str(SCENARIO), "--device", "cpu", "--set",
-                        "deployment.decode.speculative={method: draft, draft_model: tiny-gqa, acceptance: 1.5}")
+    wide = SCENARIO.parent / "deepseek-v3-wide-ep.yaml"
+    code, out = run_cli(monkeypatch, capsys, "replay", str(wide), "--device", "cpu")
     assert code == 2 and "Traceback" not in out
     assert out.strip().splitlines()[-1].endswith(
-        "deployment.decode.speculative: the replay executor runs plain decode steps; speculative decoding is modeled "
-        "only (--set deployment.decode.speculative=null to replay without it)")
+        "deployment.decode.speculative: the replay executor runs draft models, not MTP modules yet (--set "
+        "deployment.decode.speculative=null to replay without it)")

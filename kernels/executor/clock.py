@@ -32,7 +32,7 @@ from kernels.executor.integrity import DeviceTracker
 from kernels.executor.paged_kv import PagedKV, token_bytes
 from kernels.executor.runner import LayerPlan, RankModel
 from kernels.executor.step import build
-from simulator.capacity import weights_bytes_per_gpu
+from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_bytes_per_gpu
 from simulator.config.scenario import Pool, Scenario
 from simulator.pricing import roofline
 from simulator.pricing.costmodel import Usage
@@ -84,6 +84,9 @@ class ReplayClock:
         self.sw = Stopwatch(dev)
         self.runners: dict[str, RankModel] = {}
         self.kv: dict[tuple[str, int], PagedKV] = {}
+        # Speculative decoding with a draft model: its rank model per pool and its cache per instance (same pages)
+        self.drafts: dict[str, RankModel] = {}
+        self.draft_kv: dict[tuple[str, int], PagedKV] = {}
         self.trackers: dict[tuple[str, int], DeviceTracker] = {}
         self.buckets: dict[tuple[Any, ...], Bucket] = {}
         self.families = Families()
@@ -108,24 +111,41 @@ class ReplayClock:
             if key not in self.shared:
                 self.shared[key] = RankModel(sc.model, pool, plan, self.dev, seed=sc.seed)
             self.runners[name] = self.shared[key]
-        left = self._free_bytes(sum({id(r): r.weight_bytes for r in self.runners.values()}.values()))
+            spec = pool.speculative
+            if spec is not None and spec.draft_model is not None:
+                dkey = (spec.draft_model.name, _shard(draft_pool(pool)), "draft")
+                if dkey not in self.shared:
+                    self.shared[dkey] = RankModel(spec.draft_model, draft_pool(pool),
+                                                  LayerPlan.whole(spec.draft_model), self.dev, seed=sc.seed + 1)
+                self.drafts[name] = self.shared[dkey]
+        ranks = [*self.runners.values(), *self.drafts.values()]
+        left = self._free_bytes(sum({id(r): r.weight_bytes for r in ranks}.values()))
         insts = [(name, inst) for name, group in sim.pools.items() for inst in group]
-        need = {(name, i.index): i.cache.num_pages * i.cache.page_size *
-                token_bytes(sc.model, i.pool, plan.layers) for name, i in insts}
+        need = {(name, i.index): i.cache.num_pages * i.cache.page_size * self._token_bytes(name, i.pool, plan)
+                for name, i in insts}
         ratio = min(1.0, 0.9 * left / sum(need.values())) if need and left > 0 else 0.0
         for name, inst in insts:
             key2 = (name, inst.index)
             logical = inst.cache.num_pages
             physical = max(1, min(logical, math.floor(logical * ratio)))
             self.kv[key2] = PagedKV(sc.model, inst.pool, plan.layers, logical, physical, self.dev)
+            if name in self.drafts:
+                d = self.drafts[name]
+                self.draft_kv[key2] = PagedKV(d.model, d.pool, d.plan.layers, logical, physical, self.dev)
             if sc.integrity.enabled:
                 self.trackers[key2] = inst.sched.tracker = DeviceTracker(self.dev)
+
+    def _token_bytes(self, name: str, pool: Pool, plan: LayerPlan) -> int:
+        """A token's bytes in an instance's caches: the target's layers run, and a draft model's whole."""
+        d = self.drafts.get(name)
+        return token_bytes(self.sc.model, pool, plan.layers) + (
+            token_bytes(d.model, d.pool, d.plan.layers) if d is not None else 0)
 
     def _layer_plan(self, pools: Any) -> LayerPlan:
         """Every layer if the ranks' weights fit in WEIGHT_SHARE of the device, else the first of each kind
         in proportion (a TP8 rank of Kimi K2.6, ~70 GiB with INT4 experts, fits an H200 whole)."""
         m = self.sc.model
-        want = sum(weights_bytes_per_gpu(m, pool) for pool in pools)
+        want = sum(weights_bytes_per_gpu(m, pool) + draft_weights_bytes_per_gpu(pool) for pool in pools)
         free = torch.cuda.mem_get_info(self.dev)[0] if self.dev.type == "cuda" else CPU_BUDGET_GIB * GIB
         room = WEIGHT_SHARE * free
         if want <= room:
@@ -151,7 +171,7 @@ class ReplayClock:
         bucket = self.buckets.setdefault(self._bucket(inst.pool_name, plan), Bucket())
         step: float | None
         if len(bucket.samples) < self.samples and self.device_s < self.budget_s:
-            step = self._execute(runner, plan, kv)
+            step = self._execute(inst, runner, plan, kv)
             bucket.samples.append(step)
             self.counts["executed"] += 1
             if len(bucket.samples) == self.samples and not bucket.profiled and self.device_s < self.budget_s:
@@ -182,8 +202,20 @@ class ReplayClock:
         chunks = tuple(sorted((_q(c), _q(s.computed + c)) for s, c in plan.prefill))
         return pool, len(d), ctx, chunks
 
-    def _execute(self, runner: RankModel, plan: Plan, kv: PagedKV) -> float:
-        inp = build(plan, kv)
+    def _execute(self, inst: Any, runner: RankModel, plan: Plan, kv: PagedKV) -> float:
+        """Seconds of the plan's step: the forward pass, or under speculation the verify pass over k+1 positions
+        per sequence and the draft model's k decode passes."""
+        spec = inst.pool.speculative
+        if spec is None or not plan.decode:
+            return self._forward(runner, build(plan, kv), kv)
+        t = self._forward(runner, build(plan, kv, queries=spec.draft_tokens + 1), kv)
+        key = (inst.pool_name, inst.index)
+        dkv = self.draft_kv[key]
+        for j in range(spec.draft_tokens):
+            t += self._forward(self.drafts[inst.pool_name], build(plan, dkv, offset=j), dkv)
+        return t
+
+    def _forward(self, runner: RankModel, inp: Any, kv: PagedKV) -> float:
         extra = [0.0]
 
         def run() -> None:
@@ -197,7 +229,7 @@ class ReplayClock:
         self.sw.seconds.clear()
         self.sw.on = True
         try:
-            total = self._execute(runner, plan, kv)
+            total = self._execute(inst, runner, plan, kv)
         finally:
             self.sw.on = False
         f = self.families
@@ -222,24 +254,34 @@ class ReplayClock:
                                 usage=Usage())
 
     def _collective(self, inst: Any, plan: Plan) -> float:
-        """Priced seconds of the step's TP collectives (they depend on its tokens and sampled rows only)."""
-        pool = inst.pool
+        """Priced seconds of the step's TP collectives (they depend on its tokens and sampled rows only); a verify
+        step's k+1 rows per sequence, and its draft model's k decode passes."""
+        pool, spec = inst.pool, inst.pool.speculative
         if pool.tp == 1:
             return 0.0
-        tokens = len(plan.decode) + sum(c for _, c in plan.prefill)
-        rows = len(plan.decode) + len(plan.prefill)
+        q = spec.draft_tokens + 1 if spec is not None and plan.decode else 1
+        tokens = q * len(plan.decode) + sum(c for _, c in plan.prefill)
+        rows = q * len(plan.decode) + len(plan.prefill)
         key = (inst.pool_name, tokens, rows)
         hit = self._collectives.get(key)
         if hit is None:
-            hw, model = self.sc.hardware, self.sc.model
-            us = 0.0
-            for line, x in (("tokens", tokens), ("rows", rows)):
-                for op in line_ops(model, pool, line, np.array([x])):
-                    if op.family in COLLECTIVES:
-                        p = {k: (int(v[0]) if isinstance(v, np.ndarray) else v) for k, v in op.params.items()}
-                        us += float(roofline.op_us(op.family, p, hw)) * op.count
+            us = self._collectives_us(self.sc.model, pool, tokens, rows)
+            if q > 1 and spec is not None and spec.draft_model is not None:
+                b = len(plan.decode)
+                us += spec.draft_tokens * self._collectives_us(spec.draft_model, draft_pool(pool), b, b)
             hit = self._collectives[key] = us * 1e-6
         return hit
+
+    def _collectives_us(self, model: Any, pool: Pool, tokens: int, rows: int) -> float:
+        if pool.tp == 1:
+            return 0.0
+        us = 0.0
+        for line, x in (("tokens", tokens), ("rows", rows)):
+            for op in line_ops(model, pool, line, np.array([x])):
+                if op.family in COLLECTIVES:
+                    p = {k: (int(v[0]) if isinstance(v, np.ndarray) else v) for k, v in op.params.items()}
+                    us += float(roofline.op_us(op.family, p, self.sc.hardware)) * op.count
+        return us
 
     # -- what the Result says --------------------------------------------------------------------------------
     def provenance(self, device_name: str) -> dict[str, Any]:
@@ -279,8 +321,13 @@ class ReplayClock:
                                           "gib": round(kv.nbytes / GIB, 4)}
                          for (name, i), kv in self.kv.items()},
             "integrity_check": "on the device against a device copy of the page tags" if self.trackers else "off",
+            **({"speculative": {name: {"draft_model": d.model.name, "weights_gib": round(d.weight_bytes / GIB, 4),
+                                       "verify": "k+1 decode rows per sequence, each over the cache up to itself",
+                                       "tokens_accepted": "drawn by the scheduler, as in `run`"}
+                                for name, d in self.drafts.items()}} if self.drafts else {}),
         }
 
     def close(self) -> None:
         """Free the KV tensors (the rank models stay in `shared` for the next replay)."""
         self.kv.clear()
+        self.draft_kv.clear()

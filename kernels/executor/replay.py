@@ -34,10 +34,9 @@ def replay(sc: Scenario, base_dir: Path | None, device: str, clock: str = "measu
            shared: dict[Any, Any] | None = None) -> tuple[dict[str, Any], Simulation]:
     """The Result, and the finished simulation (its `timer` is the `ReplayClock`)."""
     for name, pool in sc.deployment.pools().items():
-        if pool.speculative is not None:  # the executor would run plain decode steps and time those
-            raise InputError(f"deployment.{name}.speculative: the replay executor runs plain decode steps; "
-                             f"speculative decoding is modeled only (--set deployment.{name}.speculative=null to "
-                             "replay without it)")
+        if pool.speculative is not None and pool.speculative.method == "mtp":  # no MTP module in the rank model
+            raise InputError(f"deployment.{name}.speculative: the replay executor runs draft models, not MTP "
+                             f"modules yet (--set deployment.{name}.speculative=null to replay without it)")
     dev = prepare(device)
     timer = ReplayClock(sc, dev, clock, budget_s, shared=shared)
     result, sim = simulate(sc, base_dir, step_mode=True, timer=timer)

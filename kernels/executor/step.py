@@ -5,6 +5,10 @@ writes its next token at position `computed` (the tokens cached before the step)
 `computed + 1` tokens; a prefill chunk of `c` tokens writes positions `computed .. computed + c - 1` and attends
 over everything before them too. Token ids are a fixed hash of (request, position): a replay measures time, so
 the text does not matter, but the same request always feeds the same ids.
+
+A speculative verify step gives each decode sequence `queries` = k+1 rows at positions `computed ..
+computed + k`, each attending causally over the cache up to itself (the paged decode kernel, one row per
+position); a draft step j is one row at `computed + j`. The scheduler booked pages for all k+1 positions.
 """
 
 from __future__ import annotations
@@ -38,19 +42,22 @@ def _table(seq: Seq, tokens: int, page_size: int) -> np.ndarray:
     return seq.table.pages[:n]
 
 
-def build(plan: Plan, kv: PagedKV) -> StepInput:
+def build(plan: Plan, kv: PagedKV, queries: int = 1, offset: int = 0) -> StepInput:
+    """The step's inputs; each decode sequence gives `queries` rows from position `computed + offset`."""
     ps, dev = kv.page_size, kv.dev
     toks, pos, slots, last = [], [], [], []
     lens = []
     decode = plan.decode
+    tables = []
     for s in decode:
-        p = s.computed
-        pages = _table(s, p + 1, ps)
-        toks.append(token_ids(s.req.id, np.array([p])))
-        pos.append(np.array([p]))
-        slots.append(kv.slots(pages, np.array([p])))
-        lens.append(p + 1)
-    b = len(decode)
+        p = np.arange(s.computed + offset, s.computed + offset + queries)
+        pages = _table(s, int(p[-1]) + 1, ps)
+        toks.append(token_ids(s.req.id, p))
+        pos.append(p)
+        slots.append(kv.slots(pages, p))
+        lens += (p + 1).tolist()
+        tables += [s] * queries
+    b = len(lens)
     chunks = []
     row = b
     for s, c in plan.prefill:
@@ -67,7 +74,7 @@ def build(plan: Plan, kv: PagedKV) -> StepInput:
     if b:
         width = max(-(-n // ps) for n in lens)
         table = np.full((b, width), -1, dtype=np.int64)
-        for i, s in enumerate(decode):
+        for i, s in enumerate(tables):
             n = -(-lens[i] // ps)
             table[i, :n] = kv.physical_pages(s.table.pages[:n])
     else:
