@@ -188,7 +188,27 @@ def test_truncation_is_a_choice(tmp_path, monkeypatch, capsys) -> None:
     code, err, out = cli(monkeypatch, capsys, "run", write(tmp_path / "s.yaml", text), "--json")
     assert code == 0, err
     m = json.loads(out)["metrics"]
-    assert m["completed"] == 2 and m["input_tokens"] == 2 * 131_072
+    # Each prompt is cut to leave room for its 4-token answer: 131,072 − 4 = 131,068 tokens.
+    assert m["completed"] == 2 and m["input_tokens"] == 2 * 131_068 and m["output_tokens"] == 2 * 4
+
+
+def test_answers_that_overflow_the_context_are_refused_or_cut(tmp_path, monkeypatch, capsys) -> None:
+    """A prompt that fits but leaves no room for its answer: refused before the run when the lengths are bounded,
+    as drawn when they are not, and cut (answer first kept, prompt trimmed) when truncation is chosen."""
+    text = SMALL.replace("prompt_tokens: 64, output_tokens: 4", "prompt_tokens: 130000, output_tokens: 2000")
+    err = refused(monkeypatch, capsys, "run", write(tmp_path / "a.yaml", text))
+    assert ("traffic.output_tokens: prompts of up to 130,000 tokens and answers of up to 2,000 reach 132,000, over "
+            "llama-3.1-70b's context of 131,072; shorten them or set traffic.truncate_to_context: true") in err
+    text = SMALL.replace("output_tokens: 4", "output_tokens: {dist: lognormal, median: 400000, sigma: 0.1}")
+    err = refused(monkeypatch, capsys, "run", write(tmp_path / "b.yaml", text))
+    assert "traffic.prompt_tokens: request 0 (arriving at 0 s) has a 64-token prompt and a " in err
+    assert "over the model's context of 131,072; set traffic.truncate_to_context: true" in err
+    code, err, out = cli(monkeypatch, capsys, "run", write(tmp_path / "c.yaml", text.replace(
+        "output_tokens:", "truncate_to_context: true, output_tokens:")), "--json")
+    assert code == 0, err
+    m = json.loads(out)["metrics"]
+    # Answers of ~400K tokens are cut to 131,071 (context − 1), leaving the prompt 1 token of its 64.
+    assert m["completed"] == 2 and m["output_tokens"] == 2 * 131_071 and m["input_tokens"] == 2 * 1
 
 
 def test_lognormal_tail_over_context_is_refused_as_drawn(tmp_path, monkeypatch, capsys) -> None:

@@ -1,5 +1,5 @@
 """Checks across fields that catch silent nonsense before anything runs: an instance larger than a node, prompts
-longer than the model reads. Each raises ValueError('dotted.path: why'), which the loader turns into one line
+and answers longer than the model reads. Each raises ValueError('dotted.path: why'), which the loader turns into one line
 with the file's line or the --set it came from.
 """
 
@@ -48,11 +48,19 @@ def longest_prompt(sc: Scenario) -> int | None:
 
 
 def check_prompts_fit_context(sc: Scenario) -> None:
+    """A request's prompt and its answer must fit the model's context together (an engine refuses one that asks
+    for more, as SGLang and vLLM do), unless the scenario chose to cut them."""
     context = sc.model.context_tokens
     longest = longest_prompt(sc)
-    if context is None or longest is None or longest <= context or sc.traffic.truncate_to_context:
+    if context is None or longest is None or sc.traffic.truncate_to_context:
         return
     turns = sc.traffic.sessions.turns
     how = f" (the last of {turns} turns, earlier turns and answers included)" if turns > 1 else ""
-    raise ValueError(f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s context "
-                     f"of {context:,}; shorten them or set traffic.truncate_to_context: true")
+    if longest > context:
+        raise ValueError(f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s "
+                         f"context of {context:,}; shorten them or set traffic.truncate_to_context: true")
+    answer = largest(sc.traffic.output_tokens)
+    if answer is not None and longest + answer > context:
+        raise ValueError(f"traffic.output_tokens: prompts of up to {longest:,} tokens{how} and answers of up to "
+                         f"{answer:,} reach {longest + answer:,}, over {sc.model.name}'s context of {context:,}; "
+                         "shorten them or set traffic.truncate_to_context: true")

@@ -189,9 +189,11 @@ class SyntheticSource(TrafficSource):
 
 
 class ContextLimit(TrafficSource):
-    """Prompts longer than the model's context, refused (one InputError naming the request) or, with
-    `traffic.truncate_to_context`, cut to it, as they are issued: a lognormal tail, an empirical length file
-    or a trace row can exceed the context where no bound was known before drawing."""
+    """Requests whose prompt and answer together exceed the model's context, refused (one InputError naming the
+    request) or, with `traffic.truncate_to_context`, cut to fit as they are issued: the answer to context − 1 at
+    most, then the prompt to what is left (a client trims its input to leave room for the tokens it asks for). A
+    lognormal tail, an empirical length file or a trace row can exceed the context where no bound was known
+    before drawing."""
 
     def __init__(self, inner: TrafficSource, context: int, traffic: Traffic) -> None:
         self._inner, self._context, self._truncate = inner, context, traffic.truncate_to_context
@@ -203,14 +205,17 @@ class ContextLimit(TrafficSource):
         return None if nxt is None else self._fit(nxt)
 
     def _fit(self, req: Request) -> Request:
-        if req.prompt_tokens <= self._context:
+        if req.prompt_tokens + req.output_tokens <= self._context:
             return req
         if not self._truncate:
+            what = ("prompt" if req.prompt_tokens > self._context else
+                    f"prompt and a {req.output_tokens:,}-token answer ({req.prompt_tokens + req.output_tokens:,})")
             raise InputError(f"{self._where}: request {req.id} (arriving at {req.arrival:g} s) has a "
-                             f"{req.prompt_tokens:,}-token prompt, over the model's context of {self._context:,}; "
-                             "set traffic.truncate_to_context: true to cut such prompts")
-        req.prompt_tokens = self._context
-        req.blocks = req.blocks[: self._context // req.block_tokens]
+                             f"{req.prompt_tokens:,}-token {what}, over the model's context of {self._context:,}; "
+                             "set traffic.truncate_to_context: true to cut such requests")
+        req.output_tokens = min(req.output_tokens, self._context - 1)
+        req.prompt_tokens = min(req.prompt_tokens, self._context - req.output_tokens)
+        req.blocks = req.blocks[: req.prompt_tokens // req.block_tokens]
         return req
 
 
