@@ -1,6 +1,6 @@
 """Checks across fields that catch silent nonsense before anything runs: an instance larger than a node, prompts
-and answers longer than the model reads. Each raises ValueError('dotted.path: why'), which the loader turns into one line
-with the file's line or the --set it came from.
+and answers longer than the model reads. Each raises ValueError('dotted.path: why'), which the loader turns into
+one line with the file's line or the --set it came from.
 """
 
 from __future__ import annotations
