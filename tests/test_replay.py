@@ -168,13 +168,28 @@ def test_a_verify_step_runs_k_plus_one_rows_per_sequence_then_k_draft_passes() -
         assert d0pos == starts and d1pos == [p + 1 for p in starts] and d1lens == [p + 2 for p in starts]
 
 
-def test_replay_refuses_mtp_it_cannot_execute(monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from cli_helpers import run_cli
+MTP = ("model.mtp_layers=1", "deployment.decode.speculative={method: mtp, draft_tokens: 2, acceptance: [0.8, 0.6]}")
 
-    wide = SCENARIO.parent / "deepseek-v3-wide-ep.yaml"
-    code, out = run_cli(monkeypatch, capsys, "replay", str(wide), "--device", "cpu")
-    assert code == 2 and "Traceback" not in out
-    assert out.strip().splitlines()[-1].endswith(
-        "deployment.decode.speculative: the replay executor runs draft models, not MTP modules yet (--set "
-        "deployment.decode.speculative=null to replay without it)")
+
+def test_mtp_drafts_run_the_models_own_module() -> None:
+    """MTP: the verify pass, then two passes of the model's one-layer MTP module over its own one-layer cache, with
+    eh_proj ([embedding; hidden] 2·64 → 64 for the tiny model) measured as a GEMM; the modeled clock still
+    equals `run`."""
+    from kernels.executor.device import prepare
+    from kernels.executor.runner import MTPModule
+
+    sc = tiny("traffic.requests=12", *MTP)
+    timer = _Rows(sc, prepare("cpu"), "measured", samples=1)
+    simulate(sc, SCENARIO.parent, step_mode=True, timer=timer)
+    mtp = timer.drafts["decode"]
+    assert isinstance(mtp, MTPModule) and len(mtp.layers) == 1
+    assert timer.draft_kv[("decode", 0)].data.shape[0] == 1  # one layer's cache
+    assert tuple(mtp.eh_proj.data.shape) == (sc.model.hidden, 2 * sc.model.hidden)  # BF16 [N, K] under int4
+    assert len(timer.passes) % 3 == 0
+    for i in range(0, len(timer.passes), 3):
+        (_, vpos, _), (_, d0pos, _), (_, d1pos, _) = timer.passes[i : i + 3]
+        assert d0pos == vpos[::3] and d1pos == [p + 1 for p in vpos[::3]]
+    ran, sim = simulate(sc, SCENARIO.parent)
+    replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    assert replayed["metrics"] == ran["metrics"] and timelines(rsim) == timelines(sim)
+    assert replayed["provenance"]["replay"]["speculative"]["decode"]["draft"] == "mtp module"

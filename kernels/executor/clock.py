@@ -30,7 +30,7 @@ import torch
 from kernels.executor.device import Stopwatch
 from kernels.executor.integrity import DeviceTracker
 from kernels.executor.paged_kv import PagedKV, token_bytes
-from kernels.executor.runner import LayerPlan, RankModel
+from kernels.executor.runner import LayerPlan, MTPModule, RankModel
 from kernels.executor.step import build
 from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_bytes_per_gpu
 from simulator.config.scenario import Pool, Scenario
@@ -84,7 +84,8 @@ class ReplayClock:
         self.sw = Stopwatch(dev)
         self.runners: dict[str, RankModel] = {}
         self.kv: dict[tuple[str, int], PagedKV] = {}
-        # Speculative decoding with a draft model: its rank model per pool and its cache per instance (same pages)
+        # Speculative decoding: the draft model's rank model, or the model's MTP module, per pool, and its cache
+        # per instance (the same pages)
         self.drafts: dict[str, RankModel] = {}
         self.draft_kv: dict[tuple[str, int], PagedKV] = {}
         self.trackers: dict[tuple[str, int], DeviceTracker] = {}
@@ -117,6 +118,11 @@ class ReplayClock:
                 if dkey not in self.shared:
                     self.shared[dkey] = RankModel(spec.draft_model, draft_pool(pool),
                                                   LayerPlan.whole(spec.draft_model), self.dev, seed=sc.seed + 1)
+                self.drafts[name] = self.shared[dkey]
+            elif spec is not None:
+                dkey = (sc.model.name, _shard(pool), "mtp")
+                if dkey not in self.shared:
+                    self.shared[dkey] = MTPModule(sc.model, pool, self.dev, seed=sc.seed + 1)
                 self.drafts[name] = self.shared[dkey]
         ranks = [*self.runners.values(), *self.drafts.values()]
         left = self._free_bytes(sum({id(r): r.weight_bytes for r in ranks}.values()))
@@ -266,9 +272,9 @@ class ReplayClock:
         hit = self._collectives.get(key)
         if hit is None:
             us = self._collectives_us(self.sc.model, pool, tokens, rows)
-            if q > 1 and spec is not None and spec.draft_model is not None:
-                b = len(plan.decode)
-                us += spec.draft_tokens * self._collectives_us(spec.draft_model, draft_pool(pool), b, b)
+            if q > 1 and spec is not None:  # the draft model's or MTP module's k decode passes
+                b, d = len(plan.decode), self.drafts[inst.pool_name]
+                us += spec.draft_tokens * self._collectives_us(d.model, d.pool, b, b)
             hit = self._collectives[key] = us * 1e-6
         return hit
 
@@ -321,7 +327,8 @@ class ReplayClock:
                                           "gib": round(kv.nbytes / GIB, 4)}
                          for (name, i), kv in self.kv.items()},
             "integrity_check": "on the device against a device copy of the page tags" if self.trackers else "off",
-            **({"speculative": {name: {"draft_model": d.model.name, "weights_gib": round(d.weight_bytes / GIB, 4),
+            **({"speculative": {name: {"draft": "mtp module" if isinstance(d, MTPModule) else d.model.name,
+                                       "weights_gib": round(d.weight_bytes / GIB, 4),
                                        "verify": "k+1 decode rows per sequence, each over the cache up to itself",
                                        "tokens_accepted": "drawn by the scheduler, as in `run`"}
                                 for name, d in self.drafts.items()}} if self.drafts else {}),

@@ -11,7 +11,6 @@ from typing import Any
 from kernels.executor.clock import ReplayClock
 from kernels.executor.device import prepare
 from simulator.config.scenario import Scenario
-from simulator.errors import InputError
 from simulator.modeled.engine import Simulation
 from simulator.results.result import simulate
 
@@ -33,10 +32,6 @@ def device_name(device: str) -> str:
 def replay(sc: Scenario, base_dir: Path | None, device: str, clock: str = "measured", budget_s: float = 120.0,
            shared: dict[Any, Any] | None = None) -> tuple[dict[str, Any], Simulation]:
     """The Result, and the finished simulation (its `timer` is the `ReplayClock`)."""
-    for name, pool in sc.deployment.pools().items():
-        if pool.speculative is not None and pool.speculative.method == "mtp":  # no MTP module in the rank model
-            raise InputError(f"deployment.{name}.speculative: the replay executor runs draft models, not MTP "
-                             f"modules yet (--set deployment.{name}.speculative=null to replay without it)")
     dev = prepare(device)
     timer = ReplayClock(sc, dev, clock, budget_s, shared=shared)
     result, sim = simulate(sc, base_dir, step_mode=True, timer=timer)

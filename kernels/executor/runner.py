@@ -105,7 +105,7 @@ class RankModel:
         """Sampled token of each `last_rows` row, and the seconds the layers not run would have added (0 when
         the rank runs whole)."""
         r = sw.run
-        x = r("elementwise", F.embedding, tokens % self.vocab, self.embed)
+        x = self._inputs(r("elementwise", F.embedding, tokens % self.vocab, self.embed), sw)
         extra = 0.0
         t0 = self._mark()
         for i, (attn, ffn) in enumerate(self.layers):
@@ -124,8 +124,41 @@ class RankModel:
         logits = r("gemm", self.lm_head.matmul, y)
         return r("elementwise", torch.argmax, logits.float(), -1), extra
 
+    def _inputs(self, x: torch.Tensor, sw: Stopwatch) -> torch.Tensor:
+        """The first layer's input from the embedded tokens."""
+        return x
+
     def _mark(self) -> float:
         if not self.scaled:
             return 0.0
         synchronize(self.dev)
         return self._now()
+
+
+def mtp_layer_model(model: ModelSpec) -> ModelSpec:
+    """The model's MTP module as a model of its own: its decoder layer(s), with the main model's embedding and head
+    (`simulator.pricing.ops.mtp_draft_ops` prices the same)."""
+    return model.model_copy(update={"layers": model.mtp_layers, "mtp_layers": 0,
+                                    "dense_layers": 0 if model.moe else model.mtp_layers})
+
+
+class MTPModule(RankModel):
+    """One draft step of the model's multi-token-prediction module (DeepSeek-V3's MTP): the next token's embedding
+    and the main model's hidden state, each normed, joined and projected back to the hidden size (eh_proj), then
+    the module's decoder layer and the shared head. The replay feeds the embedding in the hidden state's place
+    (the same shapes, so the same time); under TP, eh_proj's columns are split and their all-gather is priced
+    with the step's collectives, its result stood in for by a copy."""
+
+    def __init__(self, model: ModelSpec, pool: Pool, dev: torch.device, seed: int) -> None:
+        layer = mtp_layer_model(model)
+        super().__init__(layer, pool, LayerPlan.whole(layer), dev, seed)
+        gen = torch.Generator(device=dev).manual_seed(seed + 1)
+        h = model.hidden
+        self.eh_proj = Weight.random(gen, (-(-h // pool.tp), 2 * h), *weight_format(model, pool, "mtp"), dev)
+
+    def _inputs(self, x: torch.Tensor, sw: Stopwatch) -> torch.Tensor:
+        r = sw.run
+        e = r("elementwise", F.rms_norm, x, (x.shape[-1],), self.norm)
+        hn = r("elementwise", F.rms_norm, x, (x.shape[-1],), self.norm)
+        y = r("gemm", self.eh_proj.matmul, torch.cat((e, hn), dim=-1))
+        return y if y.shape[-1] == x.shape[-1] else y.repeat(1, self.pool.tp)[:, : x.shape[-1]]  # the all-gather's
