@@ -193,3 +193,35 @@ def test_mtp_drafts_run_the_models_own_module() -> None:
     replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
     assert replayed["metrics"] == ran["metrics"] and timelines(rsim) == timelines(sim)
     assert replayed["provenance"]["replay"]["speculative"]["decode"]["draft"] == "mtp module"
+
+
+@pytest.mark.parametrize("model", ["tiny-mla-moe", "tiny-gqa"])
+def test_a_folded_verify_reads_each_cache_once_and_its_last_rows_equal_plain_decode(model: str) -> None:
+    """Two sequences, three verify rows each, folded into the heads: each window's last row sees exactly what a
+    plain decode row at that position sees (the earlier rows see the whole window: what a verify kernel masks)."""
+    from kernels.executor.attention import Batch
+    from kernels.executor.paged_kv import PagedKV
+    from kernels.executor.runner import LayerPlan, RankModel
+
+    sc = tiny(f"model={model}")
+    pool = sc.deployment.decode
+    dev = torch.device("cpu")
+    attn = RankModel(sc.model, pool, LayerPlan(0, 1) if sc.model.moe else LayerPlan(1, 0), dev, 0).layers[0][0]
+    kv = PagedKV(sc.model, pool, 1, 8, 8, dev)
+    kv.data.normal_(generator=torch.Generator().manual_seed(1))
+    q_rows = 3
+    tables = np.array([[0, 1, 2, -1], [4, 5, 6, 7]])
+    cached = [21, 40]  # rows at 21..23 and 40..42
+    lens = [c + j + 1 for c in cached for j in range(q_rows)]
+    table = torch.tensor(np.repeat(tables, q_rows, axis=0), dtype=torch.int32)
+    heads = attn.heads
+    width = attn.latent if hasattr(attn, "latent") else attn.d
+    q = torch.randn(len(lens), heads, width, generator=torch.Generator().manual_seed(2))
+    pos = torch.tensor([c + j for c in cached for j in range(q_rows)])
+    plain = Batch(pos, pos, len(lens), table, torch.tensor(lens, dtype=torch.int32), [])
+    verify = Batch(pos, pos, len(lens), table, torch.tensor(lens, dtype=torch.int32), [], queries=q_rows)
+    rows = attn._decode(q, kv, 0, plain)
+    folded = attn._verify(q, kv, 0, verify)
+    assert folded.shape == rows.shape
+    last = [i * q_rows + q_rows - 1 for i in range(len(cached))]
+    assert torch.allclose(folded[last], rows[last], atol=1e-5, rtol=1e-5)

@@ -43,6 +43,13 @@ class Batch:
     block_table: torch.Tensor  # [decode, max pages] physical page ids, -1 past a table's end
     seq_lens: torch.Tensor  # [decode] tokens each decode row attends to (its own included)
     chunks: list[Chunk]
+    queries: int = 1  # decode rows per sequence, consecutive (a speculative verify step: k + 1)
+
+    def folded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block table and lengths of one row per sequence when a verify step's k+1 rows are folded into the
+        heads: the kernel reads each cache once, over the whole window (its last row's length)."""
+        q = self.queries
+        return self.block_table[q - 1 :: q], self.seq_lens[q - 1 :: q]
 
 
 class Rope:
@@ -140,7 +147,8 @@ class MLAAttention:
             d = b.decode
             q_lat = r("gemm", torch.bmm, q[:d, :, :nope].transpose(0, 1), self.w_uk)  # [h, d, kvl]
             q_full = torch.cat((q_lat.transpose(0, 1), q_rope[:d]), dim=-1)
-            o_lat = r("decode_attention_mla", self._decode, q_full, cache, layer, b)  # [d, h, kvl]
+            o_lat = r("decode_attention_mla", self._verify if b.queries > 1 else self._decode, q_full, cache, layer,
+                      b)  # [d, h, kvl]
             outs.append(r("gemm", torch.bmm, o_lat.transpose(0, 1).to(self.w_uv.dtype), self.w_uv)
                         .transpose(0, 1).reshape(d, -1))
         for ch in b.chunks:
@@ -159,6 +167,15 @@ class MLAAttention:
 
             return mla_decode(q.to(torch.bfloat16), data, b.block_table, b.seq_lens, self.sm, kv_scale=cache.scale)
         return mla_decode_cpu(q, data, kvl, b.block_table, b.seq_lens, self.sm, cache.scale)
+
+    def _verify(self, q: torch.Tensor, cache: PagedKV, layer: int, b: Batch) -> torch.Tensor:
+        """A verify step's k+1 query rows per sequence folded into the heads, as FlashMLA runs a multi-token
+        decode: one read of the cache per sequence. Every row attends over the whole window (a verify kernel
+        masks later draft positions from earlier rows: the same bytes and FLOPs)."""
+        n, h = q.shape[0] // b.queries, q.shape[1]
+        table, lens = b.folded()
+        folded = Batch(b.positions, b.slots, n, table, lens, [])
+        return self._decode(q.reshape(n, b.queries * h, -1), cache, layer, folded).reshape(q.shape[0], h, -1)
 
 
 def mla_decode_cpu(q: torch.Tensor, cache: torch.Tensor, kvl: int, block_table: torch.Tensor, seq_lens: torch.Tensor,
@@ -216,7 +233,8 @@ class GQAAttention:
         r("kv_write", cache.write, layer, rows, b.slots)
         outs = []
         if b.decode:
-            outs.append(r("decode_attention_gqa", self._decode, q[: b.decode], cache, layer, b).reshape(b.decode, -1))
+            attend = self._verify if b.queries > 1 else self._decode
+            outs.append(r("decode_attention_gqa", attend, q[: b.decode], cache, layer, b).reshape(b.decode, -1))
         for ch in b.chunks:
             ctx = cache.gather(layer, ch.slots)  # [C, 2, kvh, d]
             k, v = (ctx[:, i].repeat_interleave(h // kvh, dim=1) for i in (0, 1))
@@ -233,3 +251,14 @@ class GQAAttention:
             s = cache.scale
             return gqa_decode(q.to(torch.bfloat16), k, v, b.block_table, b.seq_lens, self.sm, k_scale=s, v_scale=s)
         return gqa_decode_cpu(q, k, v, b.block_table, b.seq_lens, self.sm, cache.scale)
+
+    def _verify(self, q: torch.Tensor, cache: PagedKV, layer: int, b: Batch) -> torch.Tensor:
+        """A verify step's k+1 rows per sequence folded into each KV head's query group (one cache read per
+        sequence; every row over the whole window, as in `MLAAttention._verify`)."""
+        qn, kvh = b.queries, self.kv_heads
+        n, g, d = q.shape[0] // qn, self.heads // self.kv_heads, self.d
+        table, lens = b.folded()
+        folded = Batch(b.positions, b.slots, n, table, lens, [])
+        grouped = q.reshape(n, qn, kvh, g, d).transpose(1, 2).reshape(n, kvh * qn * g, d)
+        out = self._decode(grouped, cache, layer, folded)
+        return out.reshape(n, kvh, qn, g, d).transpose(1, 2).reshape(n * qn, kvh * g, d)

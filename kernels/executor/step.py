@@ -7,8 +7,8 @@ over everything before them too. Token ids are a fixed hash of (request, positio
 the text does not matter, but the same request always feeds the same ids.
 
 A speculative verify step gives each decode sequence `queries` = k+1 rows at positions `computed ..
-computed + k`, each attending causally over the cache up to itself (the paged decode kernel, one row per
-position); a draft step j is one row at `computed + j`. The scheduler booked pages for all k+1 positions.
+computed + k` (attention folds them into the heads: one cache read per sequence); a draft step j is one row at
+`computed + j`. The scheduler booked pages for all k+1 positions.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def build(plan: Plan, kv: PagedKV, queries: int = 1, offset: int = 0) -> StepInp
         block_table=torch.from_numpy(table).to(torch.int32).to(dev),
         seq_lens=torch.tensor(lens, dtype=torch.int32, device=dev),
         chunks=chunks,
+        queries=queries if b else 1,
     )
     last_rows = torch.tensor(list(range(b)) + last, dtype=torch.int64, device=dev)
     return StepInput(torch.from_numpy(np.concatenate(toks)).to(dev), batch, last_rows)
