@@ -29,10 +29,15 @@ def check_target(folder: Path, names: list[str], option: str = "--out") -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise InputError(f"{option} {folder}: {existing} is a file, so the folder cannot be made")
+    before = os.stat(existing)
     try:  # the only sure test of writing is to write: a probe folder, removed at once
         os.rmdir(tempfile.mkdtemp(prefix=".phaseplan-probe-", dir=existing))
     except OSError as e:
         raise InputError(f"{option} {folder}: cannot write in {existing} ({e.strerror})") from None
+    try:  # and the folder's times put back, so a refused or dry run leaves no trace
+        os.utime(existing, ns=(before.st_atime_ns, before.st_mtime_ns))
+    except OSError:
+        pass  # a folder we may write in but do not own: its times cannot be set, only its mtime moved
     for name in names:
         if (folder / name).is_dir():
             raise InputError(f"{option} {folder}: {folder / name} is a folder, where the output file goes")

@@ -136,3 +136,16 @@ def test_earlier_file_kept_without_hard_links(tmp_path, monkeypatch) -> None:
     with pytest.raises(InputError, match="cannot write"):
         write_files({tmp_path / "a.csv": "new a", tmp_path / "b.json": "new b"})
     assert snapshot(tmp_path) == {"a.csv": b"earlier a"}
+
+
+def test_the_writability_probe_leaves_the_folder_as_it_was(tmp_path) -> None:
+    """`--out` is probed by writing in the nearest existing folder; its listing and times are put back."""
+    from simulator.atomic import check_target
+
+    folder = tmp_path / "existing"
+    folder.mkdir()
+    (folder / "kept.txt").write_text("x")
+    os.utime(folder, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))  # 2001-09-09, to the ns
+    check_target(folder / "new" / "deeper", ["result.json"])
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.txt"]
+    assert os.stat(folder).st_mtime_ns == 1_000_000_000_000_000_000
