@@ -5,6 +5,7 @@ an empty run), in bounded time, and leaves nothing behind. One test per row of t
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -528,6 +529,22 @@ def test_device_files_are_not_read_forever(tmp_path, monkeypatch, capsys, field:
         "model: llama-3.1-70b\ntraffic: {trace: /dev/zero, trace_format: phaseplan}\n"
     err = refused(monkeypatch, capsys, "run", write(tmp_path / "s.yaml", text))
     assert "/dev/zero: " in err and "regular file" in err
+
+
+@pytest.mark.parametrize("role", ["scenario", "trace", "lengths"])
+def test_a_fifo_without_a_writer_is_refused_not_waited_on(tmp_path, monkeypatch, capsys, role: str) -> None:
+    """Opening a FIFO nobody writes to blocks for ever: it is refused by its kind before it is opened (the CLI
+    call's own time bound in `cli` would catch a hang)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    if role == "scenario":
+        err = refused(monkeypatch, capsys, "run", str(fifo))
+        assert f"{fifo}: scenario file is not a regular file (a FIFO)" in err
+        return
+    traffic = (f"{{trace: {fifo}, trace_format: phaseplan}}" if role == "trace" else
+               f"{{requests: 2, concurrency: 1, prompt_tokens: {{dist: empirical, file: {fifo}}}, output_tokens: 4}}")
+    err = refused(monkeypatch, capsys, "run", write(tmp_path / "s.yaml", f"model: llama-3.1-70b\ntraffic: {traffic}\n"))
+    assert f"{fifo}: {'trace' if role == 'trace' else 'length file'} is not a regular file" in err
 
 
 def test_a_file_error_caused_by_a_set_names_the_set(tmp_path, monkeypatch, capsys) -> None:

@@ -8,6 +8,8 @@ error with the line where it was crossed.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,23 @@ class LimitError(ComposerError):
     """A document over one of the limits: never read as a plain string, unlike a syntax error in a --set."""
 
 
+def check_regular(path: str | Path, what: str) -> None:
+    """Refuse a path that is not a regular file before opening it: a FIFO without a writer blocks the open for
+    ever, and a device (/dev/zero) reads without end (traces and length files: `budget`'s same check)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # opening it says why, in the caller's words
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "not a file")
+        raise InputError(f"{path}: {what} is not a regular file ({kind})")
+
+
 def read_text(path: str | Path, what: str = "scenario file") -> str:
     """A file's text, refused beyond MAX_BYTES or when it is not UTF-8 (a binary file is not a scenario)."""
+    check_regular(path, what)
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
