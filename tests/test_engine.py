@@ -88,10 +88,23 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
          "deployment.decode": {**WIDE_EP, "mem_fraction": 0.423, "page_size": 16, "redundant_experts": 16,
                                "expert_imbalance": 1.3, "decode_reserve_tokens": 16,
                                "speculative": {"method": "mtp", "draft_tokens": 2, "acceptance": [0.85, 0.6]}}},
+        # DP ranks with their own pages, unbalanced: long-tailed prompts and outputs in bursts land unevenly,
+        # one rank preempts while others have room; colocated, so chunks and decode share lock-step steps
+        {"model": "deepseek-v3", "deployment.mode": "colocated", "traffic.rate": 30.0, "traffic.burst_cv": 4.0,
+         "traffic.prompt_tokens": {"dist": "lognormal", "median": 900, "sigma": 1.2, "max": 12000},
+         "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0, "max": 3000},
+         "deployment.decode": {**WIDE_EP, "mem_fraction": 0.4075, "page_size": 16, "decode_reserve_tokens": 16,
+                               "max_batch_tokens": 2048, "chunk_size": 512}},
+        # two DP instances: least-KV routing over instances, then over each one's ranks; integrity faults
+        {"model": "deepseek-v3", "deployment.prefill": WIDE_EP, "traffic.rate": 25.0, "routing.policy": "least_kv",
+         "integrity.fault_rate": 0.002, "traffic.sessions.turns": 1,
+         "traffic.output_tokens": {"dist": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
+         "deployment.decode": {**WIDE_EP, "instances": 2, "mem_fraction": 0.425, "page_size": 64,
+                               "decode_reserve_tokens": 64}},
     ],
     ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption",
          "transfers-after-preemption", "admission-after-preemption", "speculative-draft-preemption",
-         "wide-ep-mtp-preemption"],
+         "wide-ep-mtp-preemption", "dp-ranks-colocated-unbalanced-preemption", "dp-ranks-two-instances-faults"],
 )
 def test_segments_and_single_steps_give_identical_timelines(
     over: dict[str, Any], request: pytest.FixtureRequest

@@ -17,20 +17,21 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import numpy as np
 import simpy
 
 from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
 from simulator.config.scenario import Pool, Scenario
 from simulator.errors import InputError
+from simulator.modeled.dp import DPInstance
+from simulator.modeled.stats import RUN_END, InstanceStats, wake_at_end
 from simulator.pricing.costmodel import CostModel, DecodeSteps
 from simulator.pricing.profile import Profile
 from simulator.serving.instance import Instance as ServingInstance
-from simulator.serving.instance import build_scheduler, fault_injector
+from simulator.serving.instance import build_ranks, build_scheduler, fault_injector
 from simulator.serving.routing import Router
 from simulator.serving.scheduler import Plan, Scheduler, StepEvents
 from simulator.serving.sequence import Seq
@@ -53,27 +54,6 @@ class Record:
     reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
 
 
-@dataclass
-class InstanceStats:
-    busy_s: float = 0.0
-    steps: int = 0
-    decode_seq_steps: int = 0  # sum over steps of the decode batch size: mean batch = this / steps
-    max_batch: int = 0
-    # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
-    # was cut into runs, and the occupancy curve is their running sum in time order.
-    page_t: list[float] = field(default_factory=list)
-    page_d: list[int] = field(default_factory=list)
-
-    def pages_changed(self, t: float, delta: int) -> None:
-        if delta:
-            self.page_t.append(t)
-            self.page_d.append(delta)
-
-    def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
-        """All (time, change) pairs, in no particular order."""
-        return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
-
-
 class StepTimer(Protocol):
     """What times a step instead of the cost model (step mode only)."""
 
@@ -82,16 +62,6 @@ class StepTimer(Protocol):
 
     def step_s(self, inst: Instance, plan: Plan) -> float | None:
         """Seconds of the plan's first step, starting now (None: the cost model's)."""
-
-
-_RUN_END = object()  # the value of a wake-up by the run's own timer
-
-
-def _wake_at_end(env: simpy.Environment, wake: simpy.Event, delay: float) -> None:
-    """Fire `wake` (valued `_RUN_END`) after `delay` unless a notify fires it first, so a run waits on one
-    event: the end of the run one hop after its timer, a cut one hop after its cause (an `a | b` condition
-    took one hop more)."""
-    env.timeout(delay).callbacks.append(lambda _: wake.triggered or wake.succeed(_RUN_END))
 
 
 @contextmanager
@@ -122,8 +92,7 @@ class Instance(ServingInstance):
         # compute bit-identical timelines.
         self.clock = 0.0
         self.wake_at = 0.0
-        # when each inbound KV-transfer link is next idle: one per DP rank (its own NIC), one without DP attention
-        self.links = [0.0] * pool.dp
+        self.links = [0.0]  # when the inbound KV-transfer link is next idle
         # The run in flight's start and step ends. A step takes its pages when it starts; the run books them as
         # their start times pass (`settle`), so the cache sees the same operations in the same order as under a
         # clock that runs one step at a time.
@@ -182,6 +151,20 @@ class Instance(ServingInstance):
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
 
+    def receive_at(self, pseq: Seq, src: ServingInstance, t: float) -> Seq:
+        """`receive`, handed off at time t (a DP-attention instance places the request on a rank then)."""
+        return self.receive(pseq, src)
+
+    def release_at(self, pseq: Seq, t: float) -> None:
+        """A prefill instance frees a transferred sequence's pages at time t."""
+        avail = self.cache.available
+        self.release(pseq)
+        self.stats.pages_changed(t, avail - self.cache.available)
+
+    def link_for(self, dseq: Seq) -> int:
+        """The inbound link a transfer takes (one without DP attention)."""
+        return 0
+
     # -- the step loop -------------------------------------------------------------------------------
     def _price(self, plan: Plan, n: int) -> tuple[list[float], DecodeSteps | None]:
         """End times of the plan's next n steps (plain floats: the loop and routing read them one at a time),
@@ -239,9 +222,9 @@ class Instance(ServingInstance):
                 yield env.timeout(max(0.0, ends[0] - env.now))
             else:
                 self.wake = env.event()
-                _wake_at_end(env, self.wake, max(0.0, ends[-1] - env.now))
+                wake_at_end(env, self.wake, max(0.0, ends[-1] - env.now))
                 yield self.wake
-                if self.wake.value is not _RUN_END and self.wake_at < ends[-1]:
+                if self.wake.value is not RUN_END and self.wake_at < ends[-1]:
                     m = min(n, bisect_left(ends, self.wake_at) + 1)
                     if ends[m - 1] > env.now:
                         yield env.timeout(ends[m - 1] - env.now)
@@ -272,6 +255,8 @@ class Simulation:
                  profile: Profile | None = None) -> None:
         if timer is not None and not step_mode:
             raise ValueError("a step timer times one step at a time: it needs step_mode")
+        if timer is not None and any(p.dp > 1 for p in sc.deployment.pools().values()):
+            raise InputError("replay runs one rank of a TP instance: DP attention ranks (dp > 1) are modeled only")
         self.sc = sc
         self.step_mode = step_mode
         self.timer = timer
@@ -282,7 +267,7 @@ class Simulation:
         self.records: dict[int, Record] = {}
         self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir, sc.model.context_tokens)
         self.injector = fault_injector(sc)
-        self.pools: dict[str, list[Instance]] = {}
+        self.pools: dict[str, list[Instance | DPInstance]] = {}
         self.capacity: dict[str, PoolCapacity] = {}
         rng_seed = 0
         colocated = sc.deployment.mode == "colocated"
@@ -292,9 +277,13 @@ class Simulation:
             if not cap.fits:
                 raise InputError(f"deployment.{name}: {cap.reason}")
             cost = CostModel(sc.model, sc.hardware, pool, self.profile, sc.integrity.enabled)
-            insts = []
+            insts: list[Instance | DPInstance] = []
             for i in range(pool.instances):
                 rng_seed += 1
+                if pool.dp > 1:  # DP attention: ranks with their own pages, stepped in lock-step
+                    insts.append(DPInstance(self, name, i, pool, build_ranks(sc, name, pool, cap, self.injector,
+                                                                             rng_seed), cost))
+                    continue
                 sched = build_scheduler(sc, name, pool, cap, self.injector, rng_seed)
                 insts.append(Instance(self, name, i, pool, sched, cost))
             self.pools[name] = insts
@@ -343,7 +332,7 @@ class Simulation:
             self._finished(req, req.arrival)
             return
         inst = self.router.decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
-        inst.sched.enqueue(inst.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
+        inst.enqueue_new(req)
         inst.notify(req.arrival)
 
     def _rejection(self, req: Request) -> str:
@@ -397,7 +386,7 @@ class Simulation:
             self._finished(req, t)
             return
         dst = self.router.decode(self.pools["decode"], req, t)
-        dst.queue_transfer(dst.receive(pseq, src), pseq, src)
+        dst.queue_transfer(dst.receive_at(pseq, src, t), pseq, src)
         self.try_transfers(dst, t)
 
     def try_transfers(self, dst: Instance, t: float) -> None:
@@ -414,7 +403,7 @@ class Simulation:
             self.records[dseq.req.id].cached_tokens = cached
             tokens = dseq.req.prompt_tokens - cached
             links = dst.links
-            i = links.index(min(links)) if len(links) > 1 else 0  # the DP rank whose link frees first
+            i = dst.link_for(dseq)  # a DP rank's own link
             start = max(t, links[i])
             links[i] = start + self._link_latency_s + tokens * self.kv_bytes_transfer / self._link_bytes_per_s
             end = links[i]
@@ -424,13 +413,11 @@ class Simulation:
             dst.notify(t)  # the run in flight can no longer book all its pages: end it at the step in flight
 
     def _release(self, src: Instance, pseq: Seq, t: float) -> None:
-        avail = src.cache.available
-        src.sched.release(pseq)
-        src.stats.pages_changed(t, avail - src.cache.available)
+        src.release_at(pseq, t)
 
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         self._release(src, pseq, end)
-        if src.sched.waiting:  # freed pages may admit the head of its queue; else there is nothing to decide
+        if src.has_waiting():  # freed pages may admit the head of its queue; else there is nothing to decide
             src.notify(end)
         dst.settle(end)  # publishing its prefix keys comes after the evictions of the steps started by now
         dst.finish_transfer(dseq)

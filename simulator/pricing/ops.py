@@ -420,6 +420,18 @@ def _moe(b: _Builder, m_all: Any, layers: int) -> None:
         if moe.shared_experts:
             _shared(b, m, layers)
         return
+    _routed(b, m_all, m, layers)
+    if moe.shared_experts:
+        _shared(b, m, layers)
+
+
+def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
+    """The routed experts of `layers` MoE layers over the instance's `m_all` rows (`m`: the busiest DP rank's):
+    dispatch, both grouped GEMMs, combine. Under DP attention this is the part of a step every rank shares."""
+    model, pool = b.model, b.pool
+    moe = model.moe
+    assert moe is not None
+    hd, E = model.hidden, moe.routed_experts
     load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
     pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
     slots = E + pool.redundant_experts  # EPLB replicas are touched like the experts they copy
@@ -433,8 +445,22 @@ def _moe(b: _Builder, m_all: Any, layers: int) -> None:
     b.elementwise(pairs * 3 * inter * 2, layers)
     b.moe(pairs, local, hd, inter, layers, pairs)
     b.elementwise((pairs + m) * hd * 2, layers)  # weighted combine of the top-k outputs
-    if moe.shared_experts:
-        _shared(b, m, layers)
+
+
+def routed_ops(model: ModelSpec, pool: Pool, m_all: int, layers: int) -> list[Op]:
+    """The routed-expert ops `_moe` lists for `layers` MoE layers over the instance's `m_all` rows (DP attention:
+    every rank's tokens), merged as in `step_ops`: what a DP step's ranks share, and what a rank's own op list
+    is without (`pricing.dpstep`)."""
+    b = _Builder(model, pool)
+    _routed(b, m_all, _rank_rows(b, m_all), layers)
+    return b.ops()
+
+
+def routed_specs(model: ModelSpec, pool: Pool, m_all: Any, layers: int) -> list[Spec]:
+    """`routed_ops` unmerged, at one count or at every count of an array at once (a line of a cost model)."""
+    b = _Builder(model, pool, merge=False)
+    _routed(b, m_all, _rank_rows(b, m_all), layers)
+    return b.unmerged
 
 
 def _shared(b: _Builder, m: Any, layers: int) -> None:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simulator.modeled.dp import rank_imbalance
+
 if TYPE_CHECKING:
     from simulator.modeled.engine import Simulation
 
@@ -74,10 +76,10 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
     entry = sim.entry
     lookups = sum(i.cache.lookup_tokens for i in entry)
     hits = sum(i.cache.hit_tokens for i in entry)
-    counters = [i.sched.counters for insts in sim.pools.values() for i in insts]
+    counters = [i.counters for insts in sim.pools.values() for i in insts]
     decode = sim.pools["decode"]
     usd = gpus * price * span / 3600.0
-    return {
+    out = {
         "requests": len(recs),
         "completed": len(done),
         "rejected": sum(1 for r in recs if r.status == "rejected"),
@@ -109,10 +111,16 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
             for name, insts in sim.pools.items()
         },
     }
+    # DP attention: how unevenly the ranks were loaded (absent without it, so other Results keep their bytes)
+    ranked = {name: rank_imbalance(insts, end) for name, insts in sim.pools.items()  # type: ignore[arg-type]
+              if insts[0].pool.dp > 1}
+    if ranked:
+        out["dp_ranks"] = ranked
+    return out
 
 
 def build_integrity(sim: Simulation) -> dict[str, Any]:
-    counters = [i.sched.counters for insts in sim.pools.values() for i in insts]
+    counters = [i.counters for insts in sim.pools.values() for i in insts]
     injected = sum(sim.injector.injected.values()) if sim.injector else 0
     return {
         "enabled": sim.sc.integrity.enabled,

@@ -22,24 +22,44 @@ from simulator.capacity import PoolCapacity
 from simulator.config.scenario import Pool, Scenario
 from simulator.serving.cache import PagedCache
 from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker
-from simulator.serving.scheduler import Plan, Scheduler
+from simulator.serving.scheduler import Counters, Plan, Scheduler
 from simulator.serving.sequence import Seq
 from simulator.serving.speculation import Speculation
+from simulator.workload.request import Request
 
 
 def build_scheduler(sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None,
                     seed: int) -> Scheduler:
     """The scheduler of one instance of pool `name`, over a fresh cache; `seed` numbers the instance in the
     deployment (1, 2, … across pools, in pool order), so its fault draws repeat."""
-    cache = PagedCache(cap.pages, pool.page_size, sc.prefix_cache.enabled)
+    return _scheduler(sc, name, pool, cap.pages, pool.max_running, pool.max_batch_tokens, injector,
+                      np.random.default_rng([sc.seed, 11, seed]))
+
+
+def build_ranks(sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None,
+                seed: int) -> list[Instance]:
+    """DP attention: the `pool.dp` ranks of one instance, each a scheduler over its own share of the instance's
+    pages (`cap.per_rank`) with its share of the pool's limits: `max_running` and `max_batch_tokens` count the
+    instance, as SGLang's --max-running-requests does (divided by dp_size under DP attention, tp_worker.py)."""
+    assert cap.per_rank is not None
+    dp = pool.dp
+    running, tokens = max(1, pool.max_running // dp), max(1, pool.max_batch_tokens // dp)
+    return [Instance(name, r, pool, _scheduler(sc, name, pool, cap.per_rank["pages"], running, tokens, injector,
+                                               np.random.default_rng([sc.seed, 11, seed, r])))
+            for r in range(dp)]
+
+
+def _scheduler(sc: Scenario, name: str, pool: Pool, pages: int, max_running: int, max_batch_tokens: int,
+               injector: FaultInjector | None, rng: np.random.Generator) -> Scheduler:
+    cache = PagedCache(pages, pool.page_size, sc.prefix_cache.enabled)
     prefill_only = name == "prefill"
     spec = None if prefill_only or pool.speculative is None else Speculation(pool.speculative, sc.seed, pool.page_size)
     return Scheduler(
-        cache, max_running=pool.max_running, max_batch_tokens=pool.max_batch_tokens,
+        cache, max_running=max_running, max_batch_tokens=max_batch_tokens,
         chunk_size=pool.chunk_size, reserve_tokens=pool.decode_reserve_tokens,
         prefill_only=prefill_only, tracker=CheckingTracker() if sc.integrity.enabled else NoopTracker(),
         injector=None if prefill_only else injector,
-        fault_rate=sc.integrity.fault_rate, rng=np.random.default_rng([sc.seed, 11, seed]), speculation=spec,
+        fault_rate=sc.integrity.fault_rate, rng=rng, speculation=spec,
     )
 
 
@@ -62,6 +82,29 @@ class Instance:
         # ints (routing reads two per instance per request). None between runs.
         self._run_plan: Plan | None = None
         self._run_growth: list[int] | None = None
+
+    # -- what the simulation and routing ask of an instance (a DP-attention instance answers for its ranks) ------
+    def enqueue_new(self, req: Request) -> None:
+        """A request arrives here to prefill (colocated or prefill pool)."""
+        self.sched.enqueue(self.sched.new_seq(req, req.prompt_tokens, req.output_tokens))
+
+    def release(self, seq: Seq) -> None:
+        """A prefill instance frees a sequence's pages once its KV has been transferred."""
+        self.sched.release(seq)
+
+    def has_waiting(self) -> bool:
+        return bool(self.sched.waiting)
+
+    def queued_tokens(self) -> int:
+        return self.sched.queued_tokens()
+
+    def prefix_pages(self, req: Request) -> int:
+        """Pages of the request's prompt this instance's cache holds (prefix-aware routing)."""
+        return self.sched.cache.match_prefix(self.sched.keys_for(req))
+
+    @property
+    def counters(self) -> Counters:
+        return self.sched.counters
 
     # -- the transfer queue --------------------------------------------------------------------------
     def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:

@@ -9,25 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from simulator.serving.scheduler import Scheduler
 from simulator.workload.request import Request
 
 
 class Routable(Protocol):
     index: int
-    sched: Scheduler
 
     def used_pages(self, t: float) -> int: ...
 
     def kv_load(self, t: float) -> int: ...
 
+    def queued_tokens(self) -> int: ...
+
+    def prefix_pages(self, req: Request) -> int: ...
+
 
 def _session_slot(req: Request, n: int) -> int | None:
     return None if req.session is None else req.session % n
-
-
-def _prefix_pages(inst: Routable, req: Request) -> int:
-    return inst.sched.cache.match_prefix(inst.sched.keys_for(req))
 
 
 def _least(pool: Sequence[Routable], loads: list[int]) -> Routable:
@@ -45,8 +43,8 @@ class Router:
         if self.policy == "session_affinity" and (slot := _session_slot(req, len(pool))) is not None:
             return pool[slot]
         if self.policy in ("prefix_aware", "session_affinity"):
-            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.sched.queued_tokens(), i.index))
-        return _least(pool, [i.sched.queued_tokens() for i in pool])
+            return min(pool, key=lambda i: (-i.prefix_pages(req), i.queued_tokens(), i.index))
+        return _least(pool, [i.queued_tokens() for i in pool])
 
     def decode(self, pool: Sequence[Routable], req: Request, t: float) -> Routable:
         """The decode instance for `req` at time t (load is read as of t, also mid-run)."""
@@ -57,5 +55,14 @@ class Router:
         if self.policy == "session_affinity" and (slot := _session_slot(req, len(pool))) is not None:
             return pool[slot]
         if self.policy == "prefix_aware":
-            return min(pool, key=lambda i: (-_prefix_pages(i, req), i.used_pages(t), i.index))
+            return min(pool, key=lambda i: (-i.prefix_pages(req), i.used_pages(t), i.index))
         return _least(pool, [i.kv_load(t) for i in pool])
+
+
+def dp_rank(loads: list[int]) -> int:
+    """The DP-attention rank of an instance that gets a request: the least loaded, ties to the lowest rank. A
+    request stays on its rank (its KV lives there). The load is the rank's KV pages held and promised (decode,
+    colocated) or its queued prompt tokens (prefill), as SGLang's DataParallelController balances DP ranks by
+    their tokens (`load_balance_method` minimum_tokens / total_tokens; round_robin and shortest_queue are its
+    other methods, python/sglang/srt/managers/data_parallel_controller.py)."""
+    return loads.index(min(loads))

@@ -1,0 +1,210 @@
+"""Lock-step steps of a DP-attention instance: every rank's own part, the slowest rank setting it, plus the routed
+experts every rank shares.
+
+Under DP attention (`pool.dp` > 1, wide EP) each rank runs attention, the dense layers, shared experts and the
+head over its own sequences; the routed experts of every MoE layer see all ranks' tokens (dispatch, experts,
+combine). A layer cannot start its dispatch before the slowest rank's attention is done, so a step takes
+
+    max over ranks of (rank r's own ops, at its batch, context and pages) + the routed ops over Σ tokens.
+
+A rank with nothing to run joins the step anyway (its own part is zero): SGLang gives an idle DP rank an idle
+batch so that it takes part in the MoE collectives (`Scheduler.prepare_mlp_sync_batch` / `get_idle_batch`).
+
+A rank's own ops at batch b are the instance's op list with b rows on every rank (`ops.step_ops` at dp·b, whose
+busiest rank holds ceil(dp·b / dp) = b) less its routed ops at dp·b (`ops.routed_ops`), taken op by op, so the
+same per-op prices as a uniform step. A run of decode steps is priced rank by rank, vectorised over its steps;
+the max and the sum are elementwise, so pricing n steps at once or one by one gives bit-identical times.
+A step with prefill chunks prices its lines the same way at each rank's counts (the line at dp·x less the
+routed line at dp·x). Seconds by source and fallback op counts are charged as the slowest rank's, step by step,
+plus the shared part's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from simulator.pricing.costmodel import (
+    CHUNK_CACHE,
+    VARYING,
+    CostModel,
+    DecodeSteps,
+    Usage,
+    _chunks,
+    _DecodePricing,
+    _Fixed,
+    _Line,
+)
+from simulator.pricing.ops import Op, Shape, routed_ops, routed_specs, step_lines, step_ops
+from simulator.pricing.speculative import speculative_step_ops
+
+RankDecode = tuple[int, int, int, np.ndarray]  # a rank's decode run: batch, context and pages before, page growth
+RankStep = tuple[int, int, int, Sequence[tuple[int, int]]]  # a rank's step: batch, context, pages, chunks
+
+
+def _minus(ops: list[Op], less: list[Op]) -> list[Op]:
+    """`ops` with the counts of `less` taken off, op by op (each of `less` is among `ops`)."""
+    counts: Counter[tuple[str, Shape]] = Counter()
+    for op in ops:  # (a speculative step's list holds the verify step's ops, then the draft's: not merged)
+        counts[op.family, op.shape] += op.count
+    for op in less:
+        key = (op.family, op.shape)
+        assert counts[key] >= op.count, f"{op.family} {op.shape} is not in the step's op list"
+        counts[key] -= op.count
+    return [Op(f, s, c) for (f, s), c in counts.items() if c]
+
+
+class DPSteps:
+    """Prices lock-step steps of one DP-attention instance from its cost model's per-op prices."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        model, pool = cost.model, cost.pool
+        self.dp = pool.dp
+        self._spec = pool.speculative
+        self._ranks: dict[int, _DecodePricing] = {}
+        self._shared: dict[int, _Fixed] = {}
+        self._routed_line = _Line(lambda xs: cost._price_ops(routed_specs(model, pool, xs, model.moe_layers),
+                                                             xs.size))
+
+    # -- decode runs ---------------------------------------------------------------------------------------
+    def decode_run(self, ranks: list[RankDecode], clock: float) -> tuple[DPDecodeSteps, list[float]]:
+        """A run of decode steps of the ranks that decode (each: batch, context and pages before the run, page
+        growth by step), starting at `clock`: the priced steps (charged once it is known how many ran) and each
+        step's end time."""
+        n = len(ranks[0][3])
+        own = [self.rank_pricing(b).price(ctx0 + b * np.arange(1, n + 1, dtype=np.int64), pages0 + growth)
+               for b, ctx0, pages0, growth in ranks]
+        slowest = own[0].us if len(own) == 1 else np.maximum.reduce([s.us for s in own])
+        shared = self.shared(sum(r[0] for r in ranks))
+        us = slowest + shared.us
+        ends = np.add.accumulate(np.concatenate(([clock], us * 1e-6)))[1:].tolist()
+        return DPDecodeSteps(own, shared), ends
+
+    def rank_pricing(self, b: int) -> _DecodePricing:
+        """A rank's own part of a decode step of its `b` sequences (plain, or per accepted token)."""
+        pricing = self._ranks.get(b)
+        if pricing is None:
+            cost, dp = self.cost, self.dp
+            pages = 1 if cost.integrity else 0
+            if self._spec is not None:
+                ops, scale = speculative_step_ops(cost.model, cost.pool, dp * b, 1, pages), cost._per_token
+            else:
+                ops, scale = step_ops(cost.model, cost.pool, dp * b, 1, (), pages, fused_moe=cost.fused_moe), 1.0
+            own = _minus(ops, self._routed_ops(dp * b))
+            pricing = self._ranks[b] = _DecodePricing(b, cost._fix(own, scale),
+                                                      [cost._varying(op, scale) for op in own if op.family in VARYING])
+        return pricing
+
+    def shared(self, tokens: int) -> _Fixed:
+        """The routed experts of a decode step over every rank's `tokens` sequences."""
+        fixed = self._shared.get(tokens)
+        if fixed is None:
+            scale = 1.0 if self._spec is None else self.cost._per_token
+            fixed = self._shared[tokens] = self.cost._fix(self._routed_ops(tokens), scale)
+        return fixed
+
+    def _routed_ops(self, tokens: int) -> list[Op]:
+        """The routed ops of a decode step when the ranks hold `tokens` sequences in all: with speculation, the
+        verify step's over (k+1)·tokens rows and each MTP draft step's (a draft model is dense)."""
+        model, pool, spec = self.cost.model, self.cost.pool, self._spec
+        if spec is None:
+            return routed_ops(model, pool, tokens, model.moe_layers)
+        k = spec.draft_tokens
+        ops = routed_ops(model, pool, tokens * (k + 1), model.moe_layers)
+        if spec.method == "mtp":
+            ops += [Op(op.family, op.shape, op.count * k) for op in routed_ops(model, pool, tokens, model.mtp_layers)]
+        return ops
+
+    # -- steps with prefill chunks -------------------------------------------------------------------------
+    def step_s(self, ranks: list[RankStep]) -> float:
+        """Seconds of one step in which some rank runs prefill chunks (each rank: decode batch, its context and
+        pages, its chunks); charges the slowest rank's part and the shared part to the cost model's usage."""
+        cost, dp = self.cost, self.dp
+        best_us, best = -1.0, None
+        tokens = 0
+        for b, ctx, pages, chunks in ranks:
+            todo = _chunks(chunks)
+            if not b and not todo:
+                continue
+            mine, routed = Usage(), Usage()
+            us = 0.0
+            for line, x in step_lines(cost.model, b, todo).items():
+                if x:
+                    us += cost._lines[line].charge(dp * x, mine)
+            x = b + sum(t for t, _ in todo)
+            tokens += x
+            us -= self._routed_line.charge(dp * x, routed)
+            if b:
+                us += cost._decode_parts(dp * b, dp * ctx, pages, mine)
+            for key in todo:
+                us += self._chunk_us(key, mine)
+            if us > best_us:
+                best_us, best = us, (mine, routed)
+        assert best is not None, "a step with nothing to run"
+        mine, routed = best
+        usage = cost.usage
+        usage.merge(mine)
+        for src, s in routed.seconds.items():
+            usage.seconds[src] -= s
+        usage._ops.subtract(routed.fallback_ops)
+        return (best_us + self._routed_line.charge(tokens, usage)) * 1e-6
+
+    def _chunk_us(self, key: tuple[int, int], usage: Usage) -> float:
+        """A chunk's own ops (`CostModel.step_s`'s pricing of one chunk)."""
+        cost = self.cost
+        if key[1] == 0:
+            return cost._first_chunks.charge(key[0], usage)
+        c = cost._chunks.get(key)
+        if c is None:
+            if len(cost._chunks) >= CHUNK_CACHE:
+                cost._chunks.clear()
+            c = cost._chunks[key] = cost._chunk(*key)
+        return c.charge(usage)
+
+
+class DPDecodeSteps:
+    """A DP run of decode steps priced, not yet charged: each rank's own steps and the shared part."""
+
+    __slots__ = ("own", "shared")
+
+    def __init__(self, own: list[DecodeSteps], shared: _Fixed) -> None:
+        self.own, self.shared = own, shared
+
+    def charge(self, m: int, usage: Usage) -> None:
+        """Charge the first m steps: at each step the slowest rank's own part (ties to the first), and the
+        shared part m times."""
+        if len(self.own) == 1:
+            self.own[0].charge(m, usage)
+        else:
+            slowest = np.argmax(np.stack([s.us[:m] for s in self.own]), axis=0)
+            for j, steps in enumerate(self.own):
+                mask = slowest == j
+                if mask.any():
+                    _charge_masked(steps, mask, usage)
+        shared = self.shared
+        for src, us in shared.by_source.items():
+            usage.seconds[src] += us * m * 1e-6
+        for fam, k in shared.fallbacks.items():
+            usage._ops[fam] += k * m
+
+
+def _charge_masked(steps: DecodeSteps, mask: np.ndarray, usage: Usage) -> None:
+    """`DecodeSteps.charge` of the steps `mask` picks among the first len(mask)."""
+    pricing, k = steps.pricing, int(mask.sum())
+    m = len(mask)
+    var_us = float(steps.us[:m][mask].sum()) - pricing.fixed.us * k
+    seconds = usage.seconds
+    if steps.roof is None:
+        seconds["fallback"] += var_us * 1e-6
+    else:
+        roof_us = float(steps.roof[:m][mask].sum())
+        seconds["table"] += (var_us - roof_us) * 1e-6
+        seconds["fallback"] += roof_us * 1e-6
+    for src, fixed_s in pricing.by_source:
+        seconds[src] += fixed_s * k
+    usage.charge_steps(pricing, k)
+    for fam, miss, c in steps.misses:
+        usage._ops[fam] += int((miss[:m] & mask).sum()) * c
