@@ -128,3 +128,21 @@ def test_even_ranks_price_as_the_instance_did() -> None:
     _, ends = dp.decode_run([(8, 8 * 700, 8 * 44, growth), (8, 8 * 700, 8 * 44, growth)], 0.0)
     _, uniform = cost.decode_run(16, 16 * 700, 16 * 44, growth, 0.0)
     assert ends == pytest.approx(uniform, rel=1e-12)
+
+
+def test_the_report_shows_the_ranks_imbalance(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from simulator.results.report import print_run
+
+    rows = [{"arrival": 0.0, "prompt_tokens": 160, "output_tokens": 4}] + [
+        {"arrival": 0.0, "prompt_tokens": 16, "output_tokens": 4}] * 3
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result, _ = simulate(scenario(traffic={"trace": "t.jsonl"}), base_dir=tmp_path)
+    console = Console(record=True, width=200)
+    print_run(console, result)
+    line = next(x for x in console.export_text().splitlines() if "decode DP ranks: busiest / mean" in x)
+    assert "decode batch 1.50×, KV" in line and "over 2 ranks" in line
+    # without DP attention the Result has no such entry (its bytes are as before)
+    plain, _ = simulate(scenario(**{"deployment.decode": {**DP2, "dp": 1, "ep": 1}}))
+    assert "dp_ranks" not in plain["metrics"]

@@ -298,7 +298,7 @@ class DPInstance:
                 sim.on_events(self, merged, ends)
 
 
-def rank_imbalance(insts: list[DPInstance], end: float) -> dict[str, float]:
+def rank_imbalance(insts: list[DPInstance], end: float) -> dict[str, float | None]:
     """How unevenly a DP pool's ranks were loaded: the busiest rank's decode batch over the mean rank's (summed
     over steps), and the fullest rank's KV pages over the mean rank's (integrated over time); 1.0 is even."""
     busiest = sum(i.busiest_seq_steps for i in insts)
@@ -324,7 +324,7 @@ def rank_imbalance(insts: list[DPInstance], end: float) -> dict[str, float]:
         peak = max(peak, float(held.max()) / inst.ranks[0].cache.num_pages)
     return {
         "ranks": dp,
-        "batch_max_over_mean": round(busiest * dp / total, 4) if total else 1.0,
+        "batch_max_over_mean": round(busiest * dp / total, 4) if total else None,  # None: no decode steps
         "kv_max_over_mean": round(kv_max / kv_mean, 4) if kv_mean else 1.0,
         "kv_peak_rank_occupancy": round(peak, 4),
     }

@@ -71,6 +71,11 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
                       f"{it['injected']}, detected {it['detected']}, false positives {it['false_positives']}, "
                       f"aborted {it['aborted_requests']}, tokens lost {it['tokens_lost']:,}"),
     ]
+    for name, d in m.get("dp_ranks", {}).items():  # DP attention: how unevenly its ranks were loaded
+        batch = "-" if d["batch_max_over_mean"] is None else f"{d['batch_max_over_mean']:.2f}×"
+        rows.append((f"{name} DP ranks: busiest / mean", f"decode batch {batch}, KV "
+                     f"{d['kv_max_over_mean']:.2f}× over {d['ranks']} ranks (fullest rank peaked at "
+                     f"{d['kv_peak_rank_occupancy']:.1%})"))
     if m.get("rejected_by_reason"):
         rows.insert(6, ("  rejected because", ", ".join(f"{k} {v:,}" for k, v in m["rejected_by_reason"].items())))
     for k, v in rows:
