@@ -101,10 +101,17 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
          "traffic.output_tokens": {"dist": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
          "deployment.decode": {**WIDE_EP, "instances": 2, "mem_fraction": 0.425, "page_size": 64,
                                "decode_reserve_tokens": 64}},
+        # prefix-aware routing over two DP instances reads their caches' prefixes mid-run: the steps started by
+        # then must have evicted what they evict (this differed between the clocks once)
+        {"model": "deepseek-v3", "seed": 402, "deployment.mode": "colocated", "routing.policy": "prefix_aware",
+         "traffic.rate": 30.0, "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.9, "max": 3000},
+         "deployment.decode": {"instances": 2, "tp": 8, "dp": 4, "ep": 8, "weights": "fp8", "kv_cache": "fp8_e4m3",
+                               "page_size": 16, "max_batch_tokens": 1024, "chunk_size": 256, "mem_fraction": 0.61824}},
     ],
     ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption",
          "transfers-after-preemption", "admission-after-preemption", "speculative-draft-preemption",
-         "wide-ep-mtp-preemption", "dp-ranks-colocated-unbalanced-preemption", "dp-ranks-two-instances-faults"],
+         "wide-ep-mtp-preemption", "dp-ranks-colocated-unbalanced-preemption", "dp-ranks-two-instances-faults",
+         "dp-ranks-prefix-aware-preemption"],
 )
 def test_segments_and_single_steps_give_identical_timelines(
     over: dict[str, Any], request: pytest.FixtureRequest

@@ -331,7 +331,7 @@ class Simulation:
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
-        inst = self.router.decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
+        inst = self._route_decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
         inst.enqueue_new(req)
         inst.notify(req.arrival)
 
@@ -375,6 +375,15 @@ class Simulation:
         if inst.pending:
             self.try_transfers(inst, inst.clock)
 
+    def _route_decode(self, pool: list[Instance | DPInstance], req: Request, t: float) -> Instance | DPInstance:
+        """The decode-side instance for `req` at time t. Prefix-aware routing reads each cache's prefix index,
+        which the steps started by t have changed (their pages evict cached prefixes): book them first, as a
+        clock that runs one step at a time has."""
+        if self.router.policy == "prefix_aware":
+            for inst in pool:
+                inst.settle(t)
+        return self.router.decode(pool, req, t)
+
     def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
         req = pseq.req
         if req.output_tokens <= 1:  # the prefill's own token was the whole answer
@@ -385,7 +394,7 @@ class Simulation:
             src.notify(t)
             self._finished(req, t)
             return
-        dst = self.router.decode(self.pools["decode"], req, t)
+        dst = self._route_decode(self.pools["decode"], req, t)
         dst.queue_transfer(dst.receive_at(pseq, src, t), pseq, src)
         self.try_transfers(dst, t)
 
