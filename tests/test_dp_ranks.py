@@ -146,3 +146,32 @@ def test_the_report_shows_the_ranks_imbalance(tmp_path: Path) -> None:
     # without DP attention the Result has no such entry (its bytes are as before)
     plain, _ = simulate(scenario(**{"deployment.decode": {**DP2, "dp": 1, "ep": 1}}))
     assert "dp_ranks" not in plain["metrics"]
+
+
+def test_two_batch_overlap_takes_the_longer_of_compute_and_all_to_all() -> None:
+    sc = scenario(**{"deployment.decode.two_batch_overlap": True})
+    pool = sc.deployment.decode
+    cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc), False)
+    dp = DPSteps(cost)
+    growth = np.zeros(2, dtype=np.int64)
+    _, ends = dp.decode_run([(3, 3000, 189, growth), (1, 100, 7, growth)], 0.0)
+    own = dp.rank_pricing(3).price(np.array([3003, 3006]), 189 + growth).us  # the slowest rank's own part
+    shared, a2a = dp.shared(4).us, dp.alltoall(4).us  # routed experts over 4 tokens; of it the all-to-alls
+    assert 0 < a2a < shared
+    step = np.maximum(own + (shared - a2a), a2a)  # compute and communication side by side
+    assert ends == pytest.approx(np.cumsum(step) * 1e-6, rel=1e-15)
+    assert (step < own + shared).all()  # without the overlap: their sum
+    # a step with prefill chunks: the same rule over its own parts
+    off = DPSteps(CostModel(sc.model, sc.hardware, scenario().deployment.decode, Profile.for_scenario(sc), False))
+    chunks: list[tuple[int, int]] = [(512, 0)]
+    plain = off.step_s([(2, 2000, 126, ()), (0, 0, 0, chunks)])
+    comm = off._a2a_line.charge(514, cost.usage) * 1e-6  # 2 decode + 512 prompt tokens dispatched
+    assert dp.step_s([(2, 2000, 126, ()), (0, 0, 0, chunks)]) == pytest.approx(max(plain - comm, comm), rel=1e-12)
+
+
+def test_two_batch_overlap_needs_dp_attention() -> None:
+    from simulator.errors import InputError
+
+    with pytest.raises(InputError, match=r"deployment\.decode\.two_batch_overlap: .* needs dp > 1"):
+        scenario(**{"deployment.decode": {**DP2, "dp": 1, "two_batch_overlap": True}})
+    assert "two_batch_overlap" not in scenario().deployment.decode.model_dump()  # off: the pool's bytes as before

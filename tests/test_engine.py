@@ -95,12 +95,13 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
          "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0, "max": 3000},
          "deployment.decode": {**WIDE_EP, "mem_fraction": 0.4075, "page_size": 16, "decode_reserve_tokens": 16,
                                "max_batch_tokens": 2048, "chunk_size": 512}},
-        # two DP instances: least-KV routing over instances, then over each one's ranks; integrity faults
-        {"model": "deepseek-v3", "deployment.prefill": WIDE_EP, "traffic.rate": 25.0, "routing.policy": "least_kv",
-         "integrity.fault_rate": 0.002, "traffic.sessions.turns": 1,
+        # two DP instances: least-KV routing over instances, then over each one's ranks; integrity faults;
+        # all-to-alls overlapped with compute (two-batch overlap) in both pools
+        {"model": "deepseek-v3", "deployment.prefill": {**WIDE_EP, "two_batch_overlap": True}, "traffic.rate": 25.0,
+         "routing.policy": "least_kv", "integrity.fault_rate": 0.002, "traffic.sessions.turns": 1,
          "traffic.output_tokens": {"dist": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
          "deployment.decode": {**WIDE_EP, "instances": 2, "mem_fraction": 0.425, "page_size": 64,
-                               "decode_reserve_tokens": 64}},
+                               "decode_reserve_tokens": 64, "two_batch_overlap": True}},
         # prefix-aware routing over two DP instances reads their caches' prefixes mid-run: the steps started by
         # then must have evicted what they evict (this differed between the clocks once)
         {"model": "deepseek-v3", "seed": 402, "deployment.mode": "colocated", "routing.policy": "prefix_aware",
@@ -110,7 +111,7 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
     ],
     ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption",
          "transfers-after-preemption", "admission-after-preemption", "speculative-draft-preemption",
-         "wide-ep-mtp-preemption", "dp-ranks-colocated-unbalanced-preemption", "dp-ranks-two-instances-faults",
+         "wide-ep-mtp-preemption", "dp-ranks-colocated-unbalanced-preemption", "dp-ranks-two-instances-faults-overlap",
          "dp-ranks-prefix-aware-preemption"],
 )
 def test_segments_and_single_steps_give_identical_timelines(

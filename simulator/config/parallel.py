@@ -92,7 +92,7 @@ class Speculative(BaseModel):
 # Pool fields of this module with their defaults: a pool's JSON leaves them out while they are off, so Results
 # of deployments that do not use them keep their bytes.
 POOL_DEFAULTS: dict[str, Any] = {"nodes": 1, "dp": 1, "redundant_experts": 0, "expert_imbalance": 1.0,
-                                 "speculative": None}
+                                 "speculative": None, "two_batch_overlap": False}
 
 
 def drop_defaults(data: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +113,7 @@ class Pool(Protocol):
     redundant_experts: int
     expert_imbalance: float
     speculative: Speculative | None
+    two_batch_overlap: bool
 
 
 def uses_scale_out(pool: Pool) -> bool:
@@ -139,6 +140,9 @@ def check_pool(model: ModelSpec, hw: HardwareSpec, pool: Pool, where: str) -> No
         if pool.ep != pool.tp:
             raise ValueError(f"{where}.ep: DP attention dispatches tokens to experts over every rank: set ep = tp "
                              f"({pool.tp})")
+    if pool.two_batch_overlap and pool.dp == 1:
+        raise ValueError(f"{where}.two_batch_overlap: overlaps the MoE all-to-alls of DP attention with compute; "
+                         "needs dp > 1")
     if pool.redundant_experts and (model.moe is None or pool.ep == 1):
         raise ValueError(f"{where}.redundant_experts: replicas spread experts over EP ranks; needs an MoE model "
                          "and ep > 1")

@@ -49,6 +49,7 @@ class Pool(Strict):
     redundant_experts: NonNegativeInt = 0  # EPLB-style replicas of hot experts, spread over the EP ranks
     expert_imbalance: float = Field(1.0, ge=1.0)  # the busiest EP rank's token-expert pairs / the mean
     speculative: Speculative | None = None
+    two_batch_overlap: bool = False  # DP attention: all-to-alls hidden behind the other micro-batch's compute
 
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:

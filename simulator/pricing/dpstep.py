@@ -17,6 +17,13 @@ the max and the sum are elementwise, so pricing n steps at once or one by one gi
 A step with prefill chunks prices its lines the same way at each rank's counts (the line at dp·x less the
 routed line at dp·x). Seconds by source and fallback op counts are charged as the slowest rank's, step by step,
 plus the shared part's.
+
+With `pool.two_batch_overlap` a step takes max(compute, all-to-all) instead of their sum: each batch runs as two
+micro-batches, one's dispatch and combine running while the other computes — SGLang's
+`--enable-two-batch-overlap` (python/sglang/srt/two_batch_overlap.py; in decode with DeepEP's low-latency
+kernels), vLLM's dual batch overlap for DP + EP (docs.vllm.ai, design/dbo), DeepSeek's dual micro-batch prefill.
+It is the bound: the overlap is taken as perfect and the half-size micro-batches' GEMMs at the whole batch's
+price. The hidden all-to-all seconds are not charged.
 """
 
 from __future__ import annotations
@@ -64,10 +71,14 @@ class DPSteps:
         model, pool = cost.model, cost.pool
         self.dp = pool.dp
         self._spec = pool.speculative
+        self.overlap = pool.two_batch_overlap
         self._ranks: dict[int, _DecodePricing] = {}
         self._shared: dict[int, _Fixed] = {}
+        self._a2a: dict[int, _Fixed] = {}
         self._routed_line = _Line(lambda xs: cost._price_ops(routed_specs(model, pool, xs, model.moe_layers),
                                                              xs.size))
+        self._a2a_line = _Line(lambda xs: cost._price_ops(
+            [op for op in routed_specs(model, pool, xs, model.moe_layers) if op.family == "alltoall"], xs.size))
 
     # -- decode runs ---------------------------------------------------------------------------------------
     def decode_run(self, ranks: list[RankDecode], clock: float) -> tuple[DPDecodeSteps, list[float]]:
@@ -78,10 +89,18 @@ class DPSteps:
         own = [self.rank_pricing(b).price(ctx0 + b * np.arange(1, n + 1, dtype=np.int64), pages0 + growth)
                for b, ctx0, pages0, growth in ranks]
         slowest = own[0].us if len(own) == 1 else np.maximum.reduce([s.us for s in own])
-        shared = self.shared(sum(r[0] for r in ranks))
-        us = slowest + shared.us
+        tokens = sum(r[0] for r in ranks)
+        shared = self.shared(tokens)
+        if not self.overlap:
+            us = slowest + shared.us
+            hidden = None
+        else:  # the all-to-alls run beside the compute: the longer of the two sets the step
+            a2a = self.alltoall(tokens)
+            compute = slowest + (shared.us - a2a.us)
+            us = np.maximum(compute, a2a.us)
+            hidden = (a2a, compute + a2a.us - us)
         ends = np.add.accumulate(np.concatenate(([clock], us * 1e-6)))[1:].tolist()
-        return DPDecodeSteps(own, shared), ends
+        return DPDecodeSteps(own, shared, hidden), ends
 
     def rank_pricing(self, b: int) -> _DecodePricing:
         """A rank's own part of a decode step of its `b` sequences (plain, or per accepted token)."""
@@ -104,6 +123,15 @@ class DPSteps:
         if fixed is None:
             scale = 1.0 if self._spec is None else self.cost._per_token
             fixed = self._shared[tokens] = self.cost._fix(self._routed_ops(tokens), scale)
+        return fixed
+
+    def alltoall(self, tokens: int) -> _Fixed:
+        """The dispatch and combine ops of `shared(tokens)` alone (what two-batch overlap hides)."""
+        fixed = self._a2a.get(tokens)
+        if fixed is None:
+            scale = 1.0 if self._spec is None else self.cost._per_token
+            ops = [op for op in self._routed_ops(tokens) if op.family == "alltoall"]
+            fixed = self._a2a[tokens] = self.cost._fix(ops, scale)
         return fixed
 
     def _routed_ops(self, tokens: int) -> list[Op]:
@@ -150,7 +178,15 @@ class DPSteps:
         for src, s in routed.seconds.items():
             usage.seconds[src] -= s
         usage._ops.subtract(routed.fallback_ops)
-        return (best_us + self._routed_line.charge(tokens, usage)) * 1e-6
+        us = best_us + self._routed_line.charge(tokens, usage)
+        if self.overlap:
+            comm = Usage()
+            a2a = self._a2a_line.charge(tokens, comm)
+            step = max(us - a2a, a2a)
+            if a2a:
+                _uncharge(usage, comm, (us - step) / a2a)  # the hidden share of the all-to-alls
+            us = step
+        return us * 1e-6
 
     def _chunk_us(self, key: tuple[int, int], usage: Usage) -> float:
         """A chunk's own ops (`CostModel.step_s`'s pricing of one chunk)."""
@@ -166,12 +202,13 @@ class DPSteps:
 
 
 class DPDecodeSteps:
-    """A DP run of decode steps priced, not yet charged: each rank's own steps and the shared part."""
+    """A DP run of decode steps priced, not yet charged: each rank's own steps, the shared part, and with
+    two-batch overlap the all-to-all part and the microseconds of it each step hides."""
 
-    __slots__ = ("own", "shared")
+    __slots__ = ("own", "shared", "hidden")
 
-    def __init__(self, own: list[DecodeSteps], shared: _Fixed) -> None:
-        self.own, self.shared = own, shared
+    def __init__(self, own: list[DecodeSteps], shared: _Fixed, hidden: tuple[_Fixed, np.ndarray] | None) -> None:
+        self.own, self.shared, self.hidden = own, shared, hidden
 
     def charge(self, m: int, usage: Usage) -> None:
         """Charge the first m steps: at each step the slowest rank's own part (ties to the first), and the
@@ -189,6 +226,17 @@ class DPDecodeSteps:
             usage.seconds[src] += us * m * 1e-6
         for fam, k in shared.fallbacks.items():
             usage._ops[fam] += k * m
+        if self.hidden is not None:
+            a2a, hidden = self.hidden
+            share = float(hidden[:m].sum()) / a2a.us if a2a.us else 0.0  # steps' worth of all-to-all hidden
+            for src, us in a2a.by_source.items():
+                usage.seconds[src] -= us * share * 1e-6
+
+
+def _uncharge(usage: Usage, part: Usage, share: float) -> None:
+    """Take `share` of a charged part's seconds back off (the seconds a step hid)."""
+    for src, s in part.seconds.items():
+        usage.seconds[src] -= s * share
 
 
 def _charge_masked(steps: DecodeSteps, mask: np.ndarray, usage: Usage) -> None:

@@ -49,6 +49,8 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
                 entry["prefill_chunk"]["dp_ranks"] = ranks
             if "alltoall" in fam:
                 entry["prefill_chunk"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
+                if pool.two_batch_overlap:  # the steps ran max(compute, all-to-all), not the sum shown
+                    entry["prefill_chunk"]["two_batch_overlap"] = True
         steps = sum(i.stats.steps for i in insts)
         if name == "decode" and steps:
             batch = max(1, round(sum(i.stats.decode_seq_steps for i in insts) / steps))
@@ -59,6 +61,8 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
                                     "ms": round(sum(fam.values()) * 1e3, 4), "by_family": _families(fam)}
             if "alltoall" in fam:  # DP attention + wide EP: the dispatch and combine of every MoE layer
                 entry["decode_step"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
+                if pool.two_batch_overlap:
+                    entry["decode_step"]["two_batch_overlap"] = True
             if pool.speculative is not None:
                 entry["speculative"] = _speculative(sim, pool, cost, batch, mean_prompt + mean_output // 2, pages)
 
