@@ -101,19 +101,21 @@ def test_the_slowest_rank_sets_the_step() -> None:
     cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc), False)
     dp = DPSteps(cost)
     growth = np.zeros(3, dtype=np.int64)
-    # rank 0: 3 sequences of 1,000 tokens; rank 1: 1 sequence of 100; three steps
-    steps, ends = dp.decode_run([(3, 3000, 189, growth), (1, 100, 7, growth)], 0.0)
-    own0 = dp.rank_pricing(3).price(np.array([3003, 3006, 3009]), 189 + growth).us
-    own1 = dp.rank_pricing(1).price(np.array([101, 102, 103]), 7 + growth).us
+    # rank 0: 3 sequences of 1,000 tokens; rank 1: 1 sequence of 100; three steps (the context each step reads)
+    ctx0, ctx1 = np.array([3003, 3006, 3009]), np.array([101, 102, 103])
+    steps, ends = dp.decode_run([(3, ctx0, 189 + growth), (1, ctx1, 7 + growth)], 0.0)
+    own0 = dp.rank_pricing(3).price(ctx0, 189 + growth).us
+    own1 = dp.rank_pricing(1).price(ctx1, 7 + growth).us
     shared = dp.shared(4).us  # the routed experts over both ranks' 4 tokens
     assert (own0 > own1).all()  # the busier rank is the slower one
     step = own0 + shared  # = max(own0, own1) + shared: rank 1's own part is hidden behind rank 0's
     assert ends == pytest.approx(np.cumsum(step) * 1e-6, rel=1e-15)
     # balanced over the same 4 tokens (2 + 2) the step is shorter: only the own part moved
-    _, even = dp.decode_run([(2, 2000, 126, growth), (2, 1100, 70, growth)], 0.0)
+    two = 2 * np.arange(1, 4)
+    _, even = dp.decode_run([(2, 2000 + two, 126 + growth), (2, 1100 + two, 70 + growth)], 0.0)
     assert even[0] < ends[0]
     # a rank that has nothing to run adds nothing of its own, but the step still pays the routed experts
-    _, alone = dp.decode_run([(1, 100, 7, growth)], 0.0)
+    _, alone = dp.decode_run([(1, ctx1, 7 + growth)], 0.0)
     assert alone[0] == pytest.approx((own1[0] + dp.shared(1).us) * 1e-6, rel=1e-15)
 
 
@@ -125,7 +127,8 @@ def test_even_ranks_price_as_the_instance_did() -> None:
     cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc), False)
     dp = DPSteps(cost)
     growth = np.zeros(4, dtype=np.int64)
-    _, ends = dp.decode_run([(8, 8 * 700, 8 * 44, growth), (8, 8 * 700, 8 * 44, growth)], 0.0)
+    ctx = 8 * 700 + 8 * np.arange(1, 5)
+    _, ends = dp.decode_run([(8, ctx, 8 * 44 + growth), (8, ctx, 8 * 44 + growth)], 0.0)
     _, uniform = cost.decode_run(16, 16 * 700, 16 * 44, growth, 0.0)
     assert ends == pytest.approx(uniform, rel=1e-12)
 
@@ -154,8 +157,9 @@ def test_two_batch_overlap_takes_the_longer_of_compute_and_all_to_all() -> None:
     cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc), False)
     dp = DPSteps(cost)
     growth = np.zeros(2, dtype=np.int64)
-    _, ends = dp.decode_run([(3, 3000, 189, growth), (1, 100, 7, growth)], 0.0)
-    own = dp.rank_pricing(3).price(np.array([3003, 3006]), 189 + growth).us  # the slowest rank's own part
+    ctx = np.array([3003, 3006])
+    _, ends = dp.decode_run([(3, ctx, 189 + growth), (1, np.array([101, 102]), 7 + growth)], 0.0)
+    own = dp.rank_pricing(3).price(ctx, 189 + growth).us  # the slowest rank's own part
     shared, a2a = dp.shared(4).us, dp.alltoall(4).us  # routed experts over 4 tokens; of it the all-to-alls
     assert 0 < a2a < shared
     step = np.maximum(own + (shared - a2a), a2a)  # compute and communication side by side
@@ -164,9 +168,10 @@ def test_two_batch_overlap_takes_the_longer_of_compute_and_all_to_all() -> None:
     # a step with prefill chunks: the same rule over its own parts
     off = DPSteps(CostModel(sc.model, sc.hardware, scenario().deployment.decode, Profile.for_scenario(sc), False))
     chunks: list[tuple[int, int]] = [(512, 0)]
-    plain = off.step_s([(2, 2000, 126, ()), (0, 0, 0, chunks)])
+    plain = off.step_s([(2, 2000, 126, (), False), (0, 0, 0, chunks, False)])
     comm = off._a2a_line.charge(514, cost.usage) * 1e-6  # 2 decode + 512 prompt tokens dispatched
-    assert dp.step_s([(2, 2000, 126, ()), (0, 0, 0, chunks)]) == pytest.approx(max(plain - comm, comm), rel=1e-12)
+    both = dp.step_s([(2, 2000, 126, (), False), (0, 0, 0, chunks, False)])
+    assert both == pytest.approx(max(plain - comm, comm), rel=1e-12)
 
 
 def test_two_batch_overlap_needs_dp_attention() -> None:

@@ -22,10 +22,10 @@ import simpy
 from simulator.config.scenario import Pool
 from simulator.modeled.stats import RUN_END, InstanceStats, wake_at_end
 from simulator.pricing.costmodel import CostModel
-from simulator.pricing.dpstep import DPDecodeSteps, DPSteps
+from simulator.pricing.dpstep import DPDecodeSteps, DPSteps, RankStep
 from simulator.serving.instance import Instance as Rank
 from simulator.serving.routing import dp_rank
-from simulator.serving.scheduler import Counters, StepEvents
+from simulator.serving.scheduler import Counters, Plan, Scheduler, StepEvents
 from simulator.serving.sequence import Seq
 from simulator.workload.request import Request
 
@@ -148,6 +148,10 @@ class DPInstance:
         return max(r.prefix_pages(req) for r in self.ranks)
 
     @property
+    def schedulers(self) -> list[Scheduler]:
+        return [r.sched for r in self.ranks]
+
+    @property
     def counters(self) -> Counters:
         out = Counters()
         for r in self.ranks:
@@ -218,13 +222,26 @@ class DPInstance:
         yield self.wake
         self.clock = max(self.clock, self.wake_at)
 
-    def _price(self, plans: list, n: int) -> tuple[list[float], DPDecodeSteps | None]:  # type: ignore[type-arg]
+    def _price(self, plans: list[Plan], n: int) -> tuple[list[float], DPDecodeSteps | None]:
+        """End times of the lock-step's next n steps and, for a decode run, the priced steps to charge."""
+        ranks = zip(self.ranks, plans, strict=True)
         if any(p.prefill for p in plans):
-            steps = [(len(p.decode), sum(s.computed + 1 for s in p.decode), sum(s.table.n for s in p.decode),
-                      [(c, s._computed) for s, c in p.prefill]) for p in plans]
+            steps: list[RankStep] = []
+            for r, p in ranks:
+                if p.decode and r.sched.spec is not None:  # a verify step beside other ranks' chunks
+                    g = r.sched.growth(p, 1)
+                    steps.append((len(p.decode), int(p.ctx[0]), p.pages0 + int(g[0]), (), True))  # type: ignore[index]
+                else:
+                    steps.append((len(p.decode), sum(s.computed + 1 for s in p.decode),
+                                  sum(s.table.n for s in p.decode), [(c, s._computed) for s, c in p.prefill], False))
             return [self.clock + self.pricer.step_s(steps)], None
-        runs = [(len(p.decode), p.ctx0, p.pages0, r.sched.growth(p, n))
-                for r, p in zip(self.ranks, plans, strict=True) if p.decode]
+        runs = []
+        for r, p in ranks:
+            if p.decode:
+                growth = r.sched.growth(p, n)
+                b = len(p.decode)  # a verify run reads the context its drawn tokens left; a plain one b more a step
+                ctx = p.ctx[:n] if p.ctx is not None else p.ctx0 + b * np.arange(1, n + 1, dtype=np.int64)
+                runs.append((b, ctx, p.pages0 + growth))
         priced, ends = self.pricer.decode_run(runs, self.clock)
         return ends, priced
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import simpy
 
 from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity

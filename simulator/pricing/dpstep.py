@@ -47,8 +47,9 @@ from simulator.pricing.costmodel import (
 from simulator.pricing.ops import Op, Shape, routed_ops, routed_specs, step_lines, step_ops
 from simulator.pricing.speculative import speculative_step_ops
 
-RankDecode = tuple[int, int, int, np.ndarray]  # a rank's decode run: batch, context and pages before, page growth
-RankStep = tuple[int, int, int, Sequence[tuple[int, int]]]  # a rank's step: batch, context, pages, chunks
+RankDecode = tuple[int, np.ndarray, np.ndarray]  # a rank's decode run: batch, context and pages each step reads
+# a rank's part of a step with chunks: decode batch, its context and pages, chunks, whether it is a verify step
+RankStep = tuple[int, int, int, Sequence[tuple[int, int]], bool]
 
 
 def _minus(ops: list[Op], less: list[Op]) -> list[Op]:
@@ -82,12 +83,10 @@ class DPSteps:
 
     # -- decode runs ---------------------------------------------------------------------------------------
     def decode_run(self, ranks: list[RankDecode], clock: float) -> tuple[DPDecodeSteps, list[float]]:
-        """A run of decode steps of the ranks that decode (each: batch, context and pages before the run, page
-        growth by step), starting at `clock`: the priced steps (charged once it is known how many ran) and each
+        """A run of decode (or verify) steps of the ranks that decode (each: batch, and the context and pages each
+        step reads), starting at `clock`: the priced steps (charged once it is known how many ran) and each
         step's end time."""
-        n = len(ranks[0][3])
-        own = [self.rank_pricing(b).price(ctx0 + b * np.arange(1, n + 1, dtype=np.int64), pages0 + growth)
-               for b, ctx0, pages0, growth in ranks]
+        own = [self.rank_pricing(b).price(ctx, pages) for b, ctx, pages in ranks]
         slowest = own[0].us if len(own) == 1 else np.maximum.reduce([s.us for s in own])
         tokens = sum(r[0] for r in ranks)
         shared = self.shared(tokens)
@@ -103,35 +102,33 @@ class DPSteps:
         return DPDecodeSteps(own, shared, hidden), ends
 
     def rank_pricing(self, b: int) -> _DecodePricing:
-        """A rank's own part of a decode step of its `b` sequences (plain, or per accepted token)."""
+        """A rank's own part of a decode step of its `b` sequences (plain, or a verify step and its drafts)."""
         pricing = self._ranks.get(b)
         if pricing is None:
             cost, dp = self.cost, self.dp
             pages = 1 if cost.integrity else 0
             if self._spec is not None:
-                ops, scale = speculative_step_ops(cost.model, cost.pool, dp * b, 1, pages), cost._per_token
+                ops = speculative_step_ops(cost.model, cost.pool, dp * b, 1, pages)
             else:
-                ops, scale = step_ops(cost.model, cost.pool, dp * b, 1, (), pages, fused_moe=cost.fused_moe), 1.0
+                ops = step_ops(cost.model, cost.pool, dp * b, 1, (), pages, fused_moe=cost.fused_moe)
             own = _minus(ops, self._routed_ops(dp * b))
-            pricing = self._ranks[b] = _DecodePricing(b, cost._fix(own, scale),
-                                                      [cost._varying(op, scale) for op in own if op.family in VARYING])
+            pricing = self._ranks[b] = _DecodePricing(b, cost._fix(own),
+                                                      [cost._varying(op) for op in own if op.family in VARYING])
         return pricing
 
     def shared(self, tokens: int) -> _Fixed:
         """The routed experts of a decode step over every rank's `tokens` sequences."""
         fixed = self._shared.get(tokens)
         if fixed is None:
-            scale = 1.0 if self._spec is None else self.cost._per_token
-            fixed = self._shared[tokens] = self.cost._fix(self._routed_ops(tokens), scale)
+            fixed = self._shared[tokens] = self.cost._fix(self._routed_ops(tokens))
         return fixed
 
     def alltoall(self, tokens: int) -> _Fixed:
         """The dispatch and combine ops of `shared(tokens)` alone (what two-batch overlap hides)."""
         fixed = self._a2a.get(tokens)
         if fixed is None:
-            scale = 1.0 if self._spec is None else self.cost._per_token
             ops = [op for op in self._routed_ops(tokens) if op.family == "alltoall"]
-            fixed = self._a2a[tokens] = self.cost._fix(ops, scale)
+            fixed = self._a2a[tokens] = self.cost._fix(ops)
         return fixed
 
     def _routed_ops(self, tokens: int) -> list[Op]:
@@ -140,24 +137,39 @@ class DPSteps:
         model, pool, spec = self.cost.model, self.cost.pool, self._spec
         if spec is None:
             return routed_ops(model, pool, tokens, model.moe_layers)
+        return routed_ops(model, pool, tokens * (spec.draft_tokens + 1), model.moe_layers) + self._draft_ops(tokens)
+
+    def _draft_ops(self, tokens: int) -> list[Op]:
+        """The routed ops of the k MTP draft steps over `tokens` sequences (none for a dense draft model)."""
+        model, pool, spec = self.cost.model, self.cost.pool, self._spec
+        if spec is None or spec.method != "mtp" or not tokens:
+            return []
         k = spec.draft_tokens
-        ops = routed_ops(model, pool, tokens * (k + 1), model.moe_layers)
-        if spec.method == "mtp":
-            ops += [Op(op.family, op.shape, op.count * k) for op in routed_ops(model, pool, tokens, model.mtp_layers)]
-        return ops
+        return [Op(op.family, op.shape, op.count * k) for op in routed_ops(model, pool, tokens, model.mtp_layers)]
 
     # -- steps with prefill chunks -------------------------------------------------------------------------
     def step_s(self, ranks: list[RankStep]) -> float:
         """Seconds of one step in which some rank runs prefill chunks (each rank: decode batch, its context and
-        pages, its chunks); charges the slowest rank's part and the shared part to the cost model's usage."""
+        pages, its chunks, whether its decode is a verify step); charges the slowest rank's part and the shared
+        part to the cost model's usage. With speculation a rank runs its chunks alone or a verify step: the
+        experts then see the chunks' tokens and the verify rows in one call, and the MTP drafts after it."""
         cost, dp = self.cost, self.dp
         best_us, best = -1.0, None
-        tokens = 0
-        for b, ctx, pages, chunks in ranks:
+        tokens = verifying = 0
+        for b, ctx, pages, chunks, verify in ranks:
             todo = _chunks(chunks)
             if not b and not todo:
                 continue
             mine, routed = Usage(), Usage()
+            if verify:  # its own part as a decode run prices it, one step
+                assert self._spec is not None and not todo
+                steps = self.rank_pricing(b).price(np.array([ctx]), np.array([pages]))
+                steps.charge(1, mine)
+                tokens += b * (self._spec.draft_tokens + 1)
+                verifying += b
+                if float(steps.us[0]) > best_us:
+                    best_us, best = float(steps.us[0]), (mine, routed)
+                continue
             us = 0.0
             for line, x in step_lines(cost.model, b, todo).items():
                 if x:
@@ -179,6 +191,12 @@ class DPSteps:
             usage.seconds[src] -= s
         usage._ops.subtract(routed.fallback_ops)
         us = best_us + self._routed_line.charge(tokens, usage)
+        if verifying and self._draft_ops(verifying):
+            drafts = cost._fix(self._draft_ops(verifying))
+            us += drafts.us
+            for src, s in drafts.by_source.items():
+                usage.seconds[src] += s * 1e-6
+            usage._ops.update(drafts.fallbacks)
         if self.overlap:
             comm = Usage()
             a2a = self._a2a_line.charge(tokens, comm)

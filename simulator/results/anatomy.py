@@ -85,7 +85,8 @@ def _speculative(sim: Simulation, pool: Pool, cost: CostModel, batch: int, conte
     beside it) and what that makes the price of a token."""
     spec = pool.speculative
     assert spec is not None
-    drawn = [i.sched.spec for i in sim.pools["decode"] if i.sched.spec is not None and i.sched.spec.verify_seq_steps]
+    drawn = [s.spec for i in sim.pools["decode"] for s in i.schedulers
+             if s.spec is not None and s.spec.verify_seq_steps]
     steps = sum(s.verify_seq_steps for s in drawn)
     accepted = sum(s.tokens for s in drawn) / steps if steps else spec.tokens_per_step
     verify = cost.ops_breakdown(verify_ops(sim.sc.model, pool, batch, context, pages if sim.sc.integrity.enabled

@@ -106,6 +106,11 @@ class Instance:
     def counters(self) -> Counters:
         return self.sched.counters
 
+    @property
+    def schedulers(self) -> list[Scheduler]:
+        """Its schedulers: this one's (a DP-attention instance has one a rank)."""
+        return [self.sched]
+
     # -- the transfer queue --------------------------------------------------------------------------
     def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:
         """A prefilled request waits here (FCFS) for room to start its KV transfer."""
