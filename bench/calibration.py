@@ -12,7 +12,7 @@ prints, per decode batch at the case's context and for one 8,192-token prefill:
   and the ratio to AIConfigurator.
 
     .venv/bin/python bench/calibration.py [--aiconfigurator PATH] [--profile P ...] [--detail]
-                                          [--fp8-kv-read-factor F]
+                                          [--fp8-kv-read-factor F] [--fuse-elementwise]
 """
 
 from __future__ import annotations
@@ -52,10 +52,12 @@ class Case:
     isl: int
     aic_model: str  # AIConfigurator's model and quantization arguments
 
-    def pool(self, fp8_kv_read_factor: float | None = None) -> Pool:
-        # SGLang's FP8 MLA cache is the flat e4m3 latent; page size does not key either side's tables.
+    def pool(self, fp8_kv_read_factor: float | None = None, fuse_elementwise: bool = False) -> Pool:
+        # SGLang's FP8 MLA cache is the flat e4m3 latent; page size does not key either side's tables. Experts
+        # are touched as AIConfigurator routes them for DeepSeek-family models (power law, alpha 1.01).
         return Pool(tp=8, weights=self.weights, kv_cache=self.kv, kv_layout="flat",
-                    fp8_kv_read_factor=fp8_kv_read_factor)
+                    fp8_kv_read_factor=fp8_kv_read_factor, moe_routing="power_law", moe_routing_alpha=1.01,
+                    fuse_elementwise=fuse_elementwise)
 
 
 DSV3 = "--model deepseek-ai/DeepSeek-V3 --gemm-quant-mode fp8_block --moe-quant-mode fp8_block"
@@ -102,6 +104,8 @@ def main() -> None:
     ap.add_argument("--profile", action="append", help="profile JSON or 'roofline' (repeatable)")
     ap.add_argument("--detail", action="store_true", help="phaseplan's largest op families per row (ms)")
     ap.add_argument("--fp8-kv-read-factor", type=float, help="the pools' fp8_kv_read_factor (default: the roofline's)")
+    ap.add_argument("--fuse-elementwise", action="store_true",
+                    help="fuse_elementwise on the pools: small kernels counted as AIConfigurator counts them")
     args = ap.parse_args()
     profiles = args.profile or [str(ROOT / "profiles" / "h200-sglang.json"), "roofline"]
     hw = HardwareSpec(**presets.hardware("h200"))
@@ -112,7 +116,8 @@ def main() -> None:
     print("|---|---|---:|" + "---:|---:|" * len(names))
     for case in CASES:
         model = ModelSpec(**presets.model(case.preset))
-        costs = [CostModel(model, hw, case.pool(args.fp8_kv_read_factor), prof, integrity=False) for _, prof in loaded]
+        pool = case.pool(args.fp8_kv_read_factor, args.fuse_elementwise)
+        costs = [CostModel(model, hw, pool, prof, integrity=False) for _, prof in loaded]
         rows = [(f"decode b{b}", b, case.isl + OSL // 2, aic_command(case, b, case.isl, OSL, case.kv), "TPOT")
                 for b in BATCHES]
         if case.kv == "bf16":

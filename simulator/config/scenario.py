@@ -25,6 +25,10 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+ENGINE_DEFAULTS: dict[str, Any] = {"shared_expert_overlap": True, "moe_routing": "uniform", "moe_routing_alpha": 1.01,
+                                   "fuse_elementwise": False}
+
+
 class Pool(Strict):
     """One pool of identical serving instances; one instance spans `tp` GPUs."""
 
@@ -53,7 +57,11 @@ class Pool(Strict):
 
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:
-        return parallel.drop_defaults(handler(self))
+        data = parallel.drop_defaults(handler(self))
+        for key, default in ENGINE_DEFAULTS.items():  # engine settings added later: defaults keep Results' bytes
+            if key in data and data[key] == default:
+                del data[key]
+        return data
     # Decode-only steps run as CUDA graphs (SGLang, vLLM and TRT-LLM all do by default): a kernel the roofline
     # prices pays this floor instead of the hardware's eager launch floor (measured tables keep their own).
     # 3 µs is AIConfigurator 0.12.0's h200_sxm `mem_empirical_constant_latency` ("observations"); null: eager.
@@ -62,6 +70,26 @@ class Pool(Strict):
     # differ (docs/calibration.md: SGLang 0.5.14's measured FP8 MLA kernel fits far above TRT-LLM's). None: the
     # hardware roofline's own factor (1.25: one dequantization per tile).
     fp8_kv_read_factor: PositiveFloat | None = None
+    # MoE engine behaviour (docs/calibration.md §3). Shared experts run on a second CUDA stream beside the
+    # routed experts in decode (SGLang's DeepseekV2MoE dual stream up to 1,024 tokens, without DeepEP; TRT-LLM's
+    # maybe_execute_in_parallel; AIConfigurator's `generation_moe_overlap`): the layer takes the longer stream.
+    shared_expert_overlap: bool = True
+    # Token-to-expert routing the roofline counts touched experts under (pricing/expert_routing.py): uniform, or
+    # the bounded power law AIConfigurator measured its MoE tables at (alpha 1.01 for DeepSeek-family models).
+    moe_routing: Literal["uniform", "power_law"] = "uniform"
+    moe_routing_alpha: PositiveFloat = 1.01
+    # Small kernels fused into their neighbours (pricing/ops.py `_Builder.fuse`): FP8 activation quantization
+    # written by the norm or activation before the GEMM (vLLM's RMSNorm+quant and SiLU-mul+quant fusion passes,
+    # TRT-LLM's fused norm-quant), RoPE and the KV-cache write as one kernel with a BF16 cache (SGLang's fused
+    # set_kv_buffer). Off: each runs as its own kernel, as SGLang 0.5.14 runs DeepSeek-V3's block-FP8 path.
+    fuse_elementwise: bool = False
+
+    @model_validator(mode="after")
+    def _one_source_of_expert_imbalance(self) -> Pool:
+        if self.moe_routing == "power_law" and self.expert_imbalance != 1.0:
+            raise ValueError("moe_routing 'power_law' sets the busiest EP rank's load itself: leave expert_imbalance "
+                             "at 1.0 (it scales uniform routing's mean)")
+        return self
 
     @property
     def gpus(self) -> int:

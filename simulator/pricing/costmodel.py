@@ -34,7 +34,7 @@ from numba import njit
 
 from simulator.config.scenario import Pool
 from simulator.config.specs import HardwareSpec, ModelSpec, RooflineFit
-from simulator.pricing import roofline
+from simulator.pricing import overlap, roofline
 from simulator.pricing.ops import (
     COLLECTIVES,
     DECODE_CONTEXT_FAMILIES,
@@ -480,6 +480,9 @@ class CostModel:
             ops = speculative_step_ops(self.model, self.pool, batch, 1, pages)
         else:
             ops = step_ops(self.model, self.pool, batch, 1, (), pages, fused_moe=self.fused_moe)
+            if overlap.applies(self.model, self.pool, batch):  # shared experts beside the routed ones
+                ops = overlap.overlapped(ops, self.model, self.pool, batch, self.fused_moe,
+                                         lambda op: self._price(op)[0] * op.count)
         return _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops if op.family in VARYING])
 
     def _mixed_parts(self, batch: int) -> list[_Varying]:

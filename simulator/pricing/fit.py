@@ -23,6 +23,7 @@ import numpy as np
 from simulator.config.specs import HardwareSpec, RooflineFit
 from simulator.errors import InputError
 from simulator.pricing import roofline
+from simulator.pricing.expert_routing import UNIFORM, Routing, parse_distribution
 from simulator.pricing.ops import FAMILIES
 from simulator.pricing.profile import ANY, AXES
 
@@ -108,10 +109,17 @@ def _batches(doc: Mapping[str, Any], group: Group) -> list[Batch]:
             shape: dict[str, Any] = {k: (1 if k == "page_size" else "flat" if k == "layout" else v)
                                      if v == ANY else v for k, v in form}
             shape.update({k: np.array([r[k] for r in rs], dtype=float) for k in axis})
-            if family == "fused_moe":  # its parts' shapes take integer token counts
+            if family == "fused_moe":  # its parts' shapes take integer token counts; experts touched as measured
                 shape["tokens"] = shape["tokens"].astype(np.int64)
+                shape["routing"] = _measured_routing(doc)
             out.append((family, shape, np.array([r["median_us"] for r in rs], dtype=float)))
     return out
+
+
+def _measured_routing(doc: Mapping[str, Any]) -> Routing:
+    """The token-to-expert routing a profile's fused-MoE rows were measured at (uniform when it does not say)."""
+    name = (doc.get("measured_by") or {}).get("moe_distribution")
+    return parse_distribution(name) if isinstance(name, str) else UNIFORM
 
 
 def _with(hw: HardwareSpec, values: Mapping[str, float]) -> HardwareSpec:

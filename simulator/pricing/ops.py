@@ -52,6 +52,7 @@ from simulator.capacity import format_rule
 from simulator.config.formats import GROUPED, QUANTIZED_ACTIVATIONS
 from simulator.config.scenario import Pool
 from simulator.config.specs import MLA, Component, ModelSpec
+from simulator.pricing.expert_routing import UNIFORM, Routing, busiest_rank, uniform_experts
 
 Shape = tuple[tuple[str, int | str], ...]
 
@@ -124,7 +125,7 @@ class Spec(NamedTuple):
 
 def expected_experts(experts: int, top_k: int, tokens: float) -> float:
     """Distinct experts a batch of `tokens` touches when each picks top_k of `experts` uniformly."""
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    return uniform_experts(experts, top_k, tokens)
 
 
 def context_cap(model: ModelSpec) -> int | None:
@@ -150,6 +151,7 @@ class _Builder:
 
     def __init__(self, model: ModelSpec, pool: Pool, merge: bool = True, fused_moe: bool = False) -> None:
         self.model, self.pool, self.merge, self.fused_moe = model, pool, merge, fused_moe
+        self.fuse = pool.fuse_elementwise  # small kernels fused into their neighbours (`quant_bytes`, `_rope_kv_write`)
         self.rule = format_rule(model, pool.weights, pool.weights_scheme)
         self.group = pool.int4_group_size or self.rule.group_size or 128
         self.tp = pool.tp // pool.dp  # the attention TP group (the instance's tp without DP attention)
@@ -172,18 +174,30 @@ class _Builder:
             return self.pool.weights, self.group if self.pool.weights in GROUPED else 0
         return "bf16", 0
 
-    def gemm(self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1) -> None:
+    def gemm(self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1,
+             fused_quant: bool = False) -> None:
+        """`fused_quant`: the input comes from a norm or activation kernel that, with fusion on, also writes
+        its FP8 copy (that kernel counts the bytes, `quant_bytes`)."""
         w, g = self.fmt(component)
         self.add("gemm", count, m=m, n=n, k=k, batch=batch, weights=w, group=g)
-        if w in QUANTIZED_ACTIVATIONS:  # W8A8 block FP8 quantizes activations per 128-group first: its own kernel
+        # W8A8 block FP8 quantizes activations per 128-group first: its own kernel, unless fused into the producer
+        if w in QUANTIZED_ACTIVATIONS and not (self.fuse and fused_quant):
             self.elementwise(m * k * batch * 3, count)
 
     def moe(self, tokens: Any, experts: Any, n: int, k: int, count: int, input_rows: Any) -> None:
-        """`input_rows`: rows an FP8 activation quantize reads (the layer's tokens before they fan out)."""
+        """`input_rows`: rows an FP8 activation quantize reads (the layer's tokens before they fan out); with
+        fusion on, the norm or activation before it writes them (`quant_bytes`)."""
         w, g = self.fmt("routed_experts")
         self.add("moe_gemm", count, tokens=tokens, experts=experts, n=n, k=k, weights=w, group=g)
-        if w in QUANTIZED_ACTIVATIONS:
+        if w in QUANTIZED_ACTIVATIONS and not self.fuse:
             self.elementwise(input_rows * k * 3, count)
+
+    def quant_bytes(self, rows: Any, k: int, *consumers: Component) -> Any:
+        """Bytes a fused norm or activation kernel adds by also writing the FP8 copy (1 byte a value) that a
+        consumer GEMM of block-FP8 weights reads; 0 without fusion or without such a consumer."""
+        if self.fuse and any(self.fmt(c)[0] in QUANTIZED_ACTIVATIONS for c in consumers):
+            return rows * k
+        return 0
 
     def elementwise(self, nbytes: Any, count: int) -> None:
         self.add("elementwise", count, bytes=nbytes if isinstance(nbytes, np.ndarray) else int(nbytes))
@@ -255,7 +269,13 @@ def _tokens(b: _Builder, m_all: Any) -> None:
     m = _rank_rows(b, m_all)
     h, tp, layers = model.hidden, b.tp, model.layers
     b.elementwise(m * h * 2 * 2, 1)  # embedding gather (vocab-parallel)
-    b.elementwise(m * h * 2 * 4, 2 * layers)  # input + post-attention RMSNorm fused with the residual add
+    if b.fuse:  # each norm also writes the FP8 copy of its output that the next GEMM reads
+        dense = layers - model.moe_layers
+        b.elementwise(m * h * 2 * 4 + b.quant_bytes(m, h, "attention"), layers)
+        b.elementwise(m * h * 2 * 4 + b.quant_bytes(m, h, "dense_ffn"), dense)
+        b.elementwise(m * h * 2 * 4 + b.quant_bytes(m, h, "shared_experts", "routed_experts"), model.moe_layers)
+    else:
+        b.elementwise(m * h * 2 * 4, 2 * layers)  # input + post-attention RMSNorm fused with the residual add
     if isinstance(model.attention, MLA):
         _mla(b, m)
     else:
@@ -339,7 +359,7 @@ def _chunk(b: _Builder, t: int, before: int) -> None:
 
 
 def _mla(b: _Builder, m: Any) -> None:
-    model, pool = b.model, b.pool
+    model = b.model
     a = model.attention
     assert isinstance(a, MLA)
     L, hd, tp = model.layers, model.hidden, b.tp
@@ -347,27 +367,37 @@ def _mla(b: _Builder, m: Any) -> None:
     latent = a.kv_lora_rank + a.qk_rope_head_dim
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     if a.q_lora_rank:
-        b.gemm("attention", m, a.q_lora_rank + latent, hd, L)  # fused q_a + kv_a_with_mqa, replicated
-        b.elementwise(m * a.q_lora_rank * 2 * 2, L)  # q_a layernorm
-        b.gemm("attention", m, heads * qk, a.q_lora_rank, L)  # q_b
+        b.gemm("attention", m, a.q_lora_rank + latent, hd, L, fused_quant=True)  # fused q_a + kv_a, replicated
+        b.elementwise(m * a.q_lora_rank * 2 * 2 + b.quant_bytes(m, a.q_lora_rank, "attention"), L)  # q_a norm
+        b.gemm("attention", m, heads * qk, a.q_lora_rank, L, fused_quant=True)  # q_b
     else:
-        b.gemm("attention", m, latent, hd, L)
-        b.gemm("attention", m, heads * qk, hd, L)
+        b.gemm("attention", m, latent, hd, L, fused_quant=True)
+        b.gemm("attention", m, heads * qk, hd, L, fused_quant=True)
     b.elementwise(m * a.kv_lora_rank * 2 * 2, L)  # kv_a layernorm
-    b.elementwise(m * (heads + 1) * a.qk_rope_head_dim * 2 * 2, L)  # rope on q and the shared k
-    b.add("kv_write", L, tokens=m, width=latent, kv=pool.kv_cache)
+    _rope_kv_write(b, m, m * (heads + 1) * a.qk_rope_head_dim * 2 * 2, latent)  # rope on q and the shared k
     b.gemm("attention", m, hd, heads * a.v_head_dim, L)  # o_proj
 
 
+def _rope_kv_write(b: _Builder, m: Any, rope_bytes: Any, width: int) -> None:
+    """RoPE, then the new rows' KV-cache write; with fusion on and a BF16 cache, one kernel that ropes and
+    writes (SGLang's `enable_fused_set_kv_buffer`, CUDA and BF16 caches only), its bytes both kernels'."""
+    L, kv = b.model.layers, b.pool.kv_cache
+    if b.fuse and kv == "bf16":
+        b.elementwise(rope_bytes + m * width * (2 + 2), L)
+        return
+    b.elementwise(rope_bytes, L)
+    b.add("kv_write", L, tokens=m, width=width, kv=kv)
+
+
 def _gqa(b: _Builder, m: Any) -> None:
-    model, pool = b.model, b.pool
+    model = b.model
     a = model.attention
     assert not isinstance(a, MLA)
     L, tp = model.layers, b.tp
     heads, kv_heads = _div(a.heads, tp), _div(a.kv_heads, tp)
-    b.gemm("attention", m, (heads + 2 * kv_heads) * a.head_dim, model.hidden, L)
-    b.elementwise(m * (heads + kv_heads) * a.head_dim * a.partial_rotary_factor * 2 * 2, L)  # rope
-    b.add("kv_write", L, tokens=m, width=2 * kv_heads * a.head_dim, kv=pool.kv_cache)
+    b.gemm("attention", m, (heads + 2 * kv_heads) * a.head_dim, model.hidden, L, fused_quant=True)
+    rope = m * (heads + kv_heads) * a.head_dim * a.partial_rotary_factor * 2 * 2
+    _rope_kv_write(b, m, rope, 2 * kv_heads * a.head_dim)
     b.gemm("attention", m, model.hidden, heads * a.head_dim, L)  # o_proj
 
 
@@ -399,13 +429,22 @@ def _indexer(b: _Builder, m: Any) -> None:
 
 def _dense_ffn(b: _Builder, m: Any, layers: int) -> None:
     inter = _div(b.model.dense_intermediate, b.tp)
-    b.gemm("dense_ffn", m, 2 * inter, b.model.hidden, layers)
-    b.elementwise(m * 3 * inter * 2, layers)  # SiLU(gate) × up
-    b.gemm("dense_ffn", m, b.model.hidden, inter, layers)
+    b.gemm("dense_ffn", m, 2 * inter, b.model.hidden, layers, fused_quant=True)
+    b.elementwise(m * 3 * inter * 2 + b.quant_bytes(m, inter, "dense_ffn"), layers)  # SiLU(gate) × up
+    b.gemm("dense_ffn", m, b.model.hidden, inter, layers, fused_quant=True)
 
 
 def _moe(b: _Builder, m_all: Any, layers: int) -> None:
     """Routed experts over the instance's `m_all` rows; the router, shared experts and combine on a rank's own."""
+    _router_and_routed(b, m_all, layers)
+    moe = b.model.moe
+    assert moe is not None
+    if moe.shared_experts:
+        _shared(b, _rank_rows(b, m_all), layers)
+
+
+def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
+    """The router and the routed experts (one stream of a MoE layer; the shared experts are the other)."""
     model, pool = b.model, b.pool
     moe = model.moe
     assert moe is not None
@@ -417,12 +456,8 @@ def _moe(b: _Builder, m_all: Any, layers: int) -> None:
         w, g = b.fmt("routed_experts")  # the form a fused-MoE table was measured in (one TP/EP instance)
         b.add("fused_moe", layers, tokens=m_all, experts=E, top_k=moe.top_k, hidden=hd, inter=moe.intermediate,
               tp=pool.tp // pool.ep, ep=pool.ep, weights=w, group=g)
-        if moe.shared_experts:
-            _shared(b, m, layers)
         return
     _routed(b, m_all, m, layers)
-    if moe.shared_experts:
-        _shared(b, m, layers)
 
 
 def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
@@ -432,17 +467,21 @@ def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
     moe = model.moe
     assert moe is not None
     hd, E = model.hidden, moe.routed_experts
-    load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
-    pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
     slots = E + pool.redundant_experts  # EPLB replicas are touched like the experts they copy
-    local = _round_up_from_one(expected_experts(slots, moe.top_k, m_all) / pool.ep)
+    if pool.moe_routing == "power_law":  # the distribution sets the busiest EP rank (expert_routing.py)
+        busy, touched = busiest_rank(slots, moe.top_k, m_all, pool.ep, pool.moe_routing_alpha)
+        pairs, local = _round_up_from_one(busy), _round_up_from_one(touched)
+    else:
+        load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
+        pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
+        local = _round_up_from_one(expected_experts(slots, moe.top_k, m_all) / pool.ep)
     inter = _div(moe.intermediate, pool.tp // pool.ep)
     if pool.dp > 1:  # tokens travel to their experts' ranks and back
         b.add("alltoall", layers, bytes=pairs * dispatch_bytes(hd), ranks=pool.ep, nodes=pool.nodes)
         b.add("alltoall", layers, bytes=pairs * hd * 2, ranks=pool.ep, nodes=pool.nodes)
     b.elementwise(pairs * 4 * 2, layers)  # moe_align: sort token-expert pairs by expert, pad to tiles
     b.moe(pairs, local, 2 * inter, hd, layers, m)
-    b.elementwise(pairs * 3 * inter * 2, layers)
+    b.elementwise(pairs * 3 * inter * 2 + b.quant_bytes(pairs, inter, "routed_experts"), layers)
     b.moe(pairs, local, hd, inter, layers, pairs)
     b.elementwise((pairs + m) * hd * 2, layers)  # weighted combine of the top-k outputs
 
@@ -463,13 +502,25 @@ def routed_specs(model: ModelSpec, pool: Pool, m_all: Any, layers: int) -> list[
     return b.unmerged
 
 
+def moe_streams(model: ModelSpec, pool: Pool, rows: int, fused_moe: bool = False) -> tuple[list[Op], list[Op]]:
+    """A step's MoE layers over `rows` rows as their two streams: the router and routed experts, and the
+    shared experts (which engines run beside them, `pricing/overlap.py`). Both are among `step_ops`' ops."""
+    moe = model.moe
+    assert moe is not None
+    routed, shared = _Builder(model, pool, fused_moe=fused_moe), _Builder(model, pool, fused_moe=fused_moe)
+    _router_and_routed(routed, rows, model.moe_layers)
+    if moe.shared_experts:
+        _shared(shared, _rank_rows(shared, rows), model.moe_layers)
+    return routed.ops(), shared.ops()
+
+
 def _shared(b: _Builder, m: Any, layers: int) -> None:
     moe = b.model.moe
     assert moe is not None
     hd, inter_s = b.model.hidden, _div(moe.shared_experts * moe.intermediate, b.tp)
-    b.gemm("shared_experts", m, 2 * inter_s, hd, layers)
-    b.elementwise(m * 3 * inter_s * 2, layers)
-    b.gemm("shared_experts", m, hd, inter_s, layers)
+    b.gemm("shared_experts", m, 2 * inter_s, hd, layers, fused_quant=True)
+    b.elementwise(m * 3 * inter_s * 2 + b.quant_bytes(m, inter_s, "shared_experts"), layers)
+    b.gemm("shared_experts", m, hd, inter_s, layers, fused_quant=True)
 
 
 def dispatch_bytes(hidden: int) -> int:
@@ -489,12 +540,17 @@ def mtp_draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> lis
     return b.ops() + step_ops(layer, pool, batch, context)
 
 
-def routed_parts(s: Mapping[str, Any]) -> list[Spec]:
+def routed_parts(s: Mapping[str, Any], routing: Routing = UNIFORM) -> list[Spec]:
     """The unfused ops of one `fused_moe` op: what the op list holds without a fused table, and what the
-    roofline sums to price a fused one. Shape values may be arrays (one per step size)."""
+    roofline sums to price a fused one, with experts touched as `routing` routes (a fit passes the routing
+    the table was measured at). Shape values may be arrays (one per step size)."""
     m, top_k, ep, hd, w, g = s["tokens"], s["top_k"], s["ep"], s["hidden"], s["weights"], s["group"]
-    pairs = _round_up_from_one(m * top_k / ep)
-    local = _round_up_from_one(expected_experts(s["experts"], top_k, m) / ep)
+    if routing[0] == "power_law":  # the busiest EP rank, as the table timed it
+        busy, touched = busiest_rank(s["experts"], top_k, m, ep, routing[1])
+        pairs, local = _round_up_from_one(busy), _round_up_from_one(touched)
+    else:
+        pairs = _round_up_from_one(m * top_k / ep)
+        local = _round_up_from_one(expected_experts(s["experts"], top_k, m) / ep)
     inter = _div(s["inter"], s["tp"])
     out: list[Spec] = []
 

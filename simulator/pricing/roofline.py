@@ -25,6 +25,7 @@ import numpy as np
 from simulator.config import formats
 from simulator.config.specs import HardwareSpec
 from simulator.errors import InputError
+from simulator.pricing.expert_routing import UNIFORM
 from simulator.pricing.ops import routed_parts
 
 # -- achieved share of HardwareSpec.copy_gbs (the measured device-to-device copy bandwidth) --------------------
@@ -278,7 +279,7 @@ def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, 
 def op_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     """Microseconds of one op of this family and shape on `hw`."""
     if family == "fused_moe":  # no kernel of its own here: the sum of the parts the unfused op list has
-        return sum(op_us(f, p, hw) * c for f, p, c in routed_parts(s))
+        return sum(op_us(f, p, hw) * c for f, p, c in routed_parts(s, s.get("routing", UNIFORM)))
     if family in ("allreduce", "allgather"):
         return hw.allreduce_latency_us + _collective_bytes(family, s) / (hw.nvlink_gbs * factors(hw).nvlink_eff * 1e3)
     if family == "alltoall":
@@ -294,7 +295,7 @@ def ideal_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     if family == "alltoall":
         return alltoall_transfer_us(s, hw, 1.0, 1.0)
     if family == "fused_moe":
-        return sum(ideal_us(f, p, hw) * c for f, p, c in routed_parts(s))
+        return sum(ideal_us(f, p, hw) * c for f, p, c in routed_parts(s, s.get("routing", UNIFORM)))
     w = work(family, s)
     rate = {"fp8": hw.fp8_tflops, "w4a8": hw.fp8_tflops, "fp4": hw.fp4_tflops or hw.fp8_tflops}.get(w.rate,
                                                                                                    hw.bf16_tflops)
