@@ -340,8 +340,8 @@ def convert(system: str, backend: str, version: str | None = None, data: Path | 
             "license": "Apache-2.0", "copyright": "NVIDIA CORPORATION & AFFILIATES", "system": system,
             "framework": framework, "framework_versions": fw_versions, "tables": tables,
             "moe_distribution": moe_distribution,
-            "notes": [*NOTES, f"fused_moe rows are the '{moe_distribution}' token-to-expert distribution (phaseplan's "
-                      "roofline assumes uniform random routing; a fit to these rows absorbs the difference)."],
+            "notes": [*NOTES, f"fused_moe rows are the '{moe_distribution}' token-to-expert distribution (a fit prices "
+                      "them at it: experts touched and the busiest EP rank, simulator/pricing/expert_routing.py)."],
             "derived": "gemm times between measured (n, k) points are interpolated by phaseplan when read (log time "
                        "bilinear in log n, log k): derived numbers, counted in each run's provenance",
         },
