@@ -63,7 +63,7 @@ GROUPS = (
     Group("fused MoE, INT4 weight-only, Marlin (TP x EP = 8)", ("fused_moe",),
           lambda s: s["weights"] == "int4" and s["tp"] * s["ep"] == 8, ("mem_eff_int4", "int4_mma_factor")),
     Group("all-reduce", ("allreduce",), lambda s: True, ("allreduce_latency_us", "nvlink_eff")),
-    Group("all-gather (not fitted: shares the all-reduce's link factors)", ("allgather",), lambda s: True, ()),
+    Group("all-gather", ("allgather",), lambda s: True, ("latency_allgather_us", "nvlink_eff_allgather")),
     Group("MLA decode attention, FP8 cache (engine-specific: a pool's fp8_kv_read_factor, not the preset)",
           ("decode_attention_mla",), _decode("fp8_e4m3"), ("fp8_kv_dequant_factor",), engine=True),
 )
@@ -134,8 +134,13 @@ def _log_residuals(batches: list[Batch], hw: HardwareSpec) -> np.ndarray:
     return np.concatenate([np.log(np.broadcast_to(roofline.op_us(f, s, hw), us.shape) / us) for f, s, us in batches])
 
 
+# Where a factor whose default is "the all-reduce's" starts: the all-reduce's documented defaults.
+_STARTS = {"latency_allgather_us": "allreduce_latency_us", "nvlink_eff_allgather": "nvlink_eff"}
+
+
 def _default(name: str, hw: HardwareSpec) -> float:
     """Where a fit starts: the documented default (not a value fitted before), so a re-run gives the same fit."""
+    name = _STARTS.get(name, name)
     if name in HW_FIELDS:
         return float(HardwareSpec.model_fields[name].default)
     v = getattr(roofline.DEFAULT, name)

@@ -123,6 +123,10 @@ class Factors:
     floor_moe_us: float | None = None
     floor_decode_attn_us: float | None = None
     floor_prefill_attn_us: float | None = None
+    # The all-gather's own latency and link share where a fit gave them (NCCL's all-gather is not the custom
+    # all-reduce: ~12 µs of latency on H200); None: the all-reduce's (`allreduce_latency_us`, `nvlink_eff`).
+    latency_allgather_us: float | None = None
+    nvlink_eff_allgather: float | None = None
 
 
 FACTOR_NAMES = frozenset(f.name for f in fields(Factors))
@@ -280,8 +284,13 @@ def op_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     """Microseconds of one op of this family and shape on `hw`."""
     if family == "fused_moe":  # no kernel of its own here: the sum of the parts the unfused op list has
         return sum(op_us(f, p, hw) * c for f, p, c in routed_parts(s, s.get("routing", UNIFORM)))
-    if family in ("allreduce", "allgather"):
+    if family == "allreduce":
         return hw.allreduce_latency_us + _collective_bytes(family, s) / (hw.nvlink_gbs * factors(hw).nvlink_eff * 1e3)
+    if family == "allgather":
+        f = factors(hw)
+        latency = hw.allreduce_latency_us if f.latency_allgather_us is None else f.latency_allgather_us
+        eff = f.nvlink_eff if f.nvlink_eff_allgather is None else f.nvlink_eff_allgather
+        return latency + _collective_bytes(family, s) / (hw.nvlink_gbs * eff * 1e3)
     if family == "alltoall":
         return hw.allreduce_latency_us + alltoall_transfer_us(s, hw, A2A_NVLINK_EFF, A2A_RDMA_EFF)
     mem, mma, floor = terms_us(family, s, hw)
