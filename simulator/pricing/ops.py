@@ -35,6 +35,11 @@ Speculative decoding (`pool.speculative`): `step_ops(..., queries=k+1)` is the v
 folded into the head dimension as FlashMLA runs it (one read of the cache); `mtp_draft_ops` is one draft step
 of an MTP module (simulator/pricing/speculative.py composes them).
 
+Engine behaviour a pool states: `moe_routing` (experts touched and the busiest EP rank, `expert_routing.py`),
+`fuse_elementwise` (FP8 input quantization written by the norm or activation before it; RoPE and a BF16 KV
+write as one kernel), and `shared_expert_overlap`, which leaves the list alone: the cost model prices a decode
+step's two MoE streams (`moe_streams`) and keeps the longer (`overlap.py`).
+
 Not modeled: EP load imbalance without DP attention beyond `expert_imbalance`, and varlen attention kernels
 (each prefill chunk is its own attention op).
 """
