@@ -24,7 +24,7 @@ from simulator.config.specs import HardwareSpec, ModelSpec
 from simulator.errors import InputError
 from simulator.pricing import roofline
 from simulator.pricing.costmodel import CostModel
-from simulator.pricing.ops import Op, step_ops
+from simulator.pricing.ops import Op, moe_streams, step_ops
 from simulator.pricing.profile import Profile
 from simulator.pricing.speculative import draft_ops, verify_ops
 
@@ -216,7 +216,14 @@ def test_a_speculative_decode_step_costs_one_verify_step_plus_its_drafts() -> No
     batch, ctx = 32, 3000
     step = float(cost.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0])
     whole = cost.ops_breakdown(verify_ops(DSV3, pool, batch, ctx) + draft_ops(DSV3, pool, batch, ctx))
-    assert step == pytest.approx(sum(whole.values()), rel=1e-9)  # the tokens it gives are drawn by the scheduler
+    # The verify step's 64 rows run the shared experts beside the routed ones (SGLang's dual stream, up to 1,024
+    # rows): the shorter stream, priced alone, is left out of the step.
+    routed, shared = (sum(cost.ops_breakdown(ops).values()) for ops in moe_streams(DSV3, pool, 2 * batch))
+    assert step == pytest.approx(sum(whole.values()) - min(routed, shared), rel=1e-9)
+    serial = CostModel(DSV3, H200, pool.model_copy(update={"shared_expert_overlap": False}), Profile.roofline(H200),
+                       False)
+    assert float(serial.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0]) == \
+        pytest.approx(sum(whole.values()), rel=1e-9)  # the tokens it gives are drawn by the scheduler
     plain = CostModel(DSV3, H200, pool.model_copy(update={"speculative": None}), Profile.roofline(H200), False)
     one = float(plain.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0])
     assert one < step < 1.85 * one  # verifying two positions and drafting one costs more than a step, less than τ

@@ -49,7 +49,7 @@ from simulator.pricing.ops import (
     step_ops,
 )
 from simulator.pricing.profile import AXES, Curve, Profile
-from simulator.pricing.speculative import speculative_step_ops
+from simulator.pricing.speculative import draft_ops, verify_ops
 
 SOURCES = ("table", "fallback", "collective")
 ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
@@ -477,13 +477,26 @@ class CostModel:
         """A speculative step is a verify step and its draft steps: the scheduler draws the tokens it gives."""
         pages = 1 if self.integrity else 0
         if speculative:
-            ops = speculative_step_ops(self.model, self.pool, batch, 1, pages)
+            verify, draft = self.speculative_ops(batch, 1, pages)
+            ops = verify + draft
         else:
             ops = step_ops(self.model, self.pool, batch, 1, (), pages, fused_moe=self.fused_moe)
             if overlap.applies(self.model, self.pool, batch):  # shared experts beside the routed ones
                 ops = overlap.overlapped(ops, self.model, self.pool, batch, self.fused_moe,
                                          lambda op: self._price(op)[0] * op.count)
         return _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops if op.family in VARYING])
+
+    def speculative_ops(self, batch: int, context: int, pages: int) -> tuple[list[Op], list[Op]]:
+        """A speculative step's verify ops (over (k+1)·batch rows, shared experts beside the routed ones where the
+        engine overlaps them, as in a plain decode step) and its draft ops."""
+        spec = self.pool.speculative
+        assert spec is not None
+        verify = verify_ops(self.model, self.pool, batch, context, pages, fused_moe=self.fused_moe)
+        rows = (spec.draft_tokens + 1) * batch
+        if overlap.applies(self.model, self.pool, rows):
+            verify = overlap.overlapped(verify, self.model, self.pool, rows, self.fused_moe,
+                                        lambda op: self._price(op)[0] * op.count)
+        return verify, draft_ops(self.model, self.pool, batch, context)
 
     def _mixed_parts(self, batch: int) -> list[_Varying]:
         """The decode batch's varying parts as a mixed step runs them: without speculation, and eagerly (no CUDA

@@ -7,7 +7,8 @@ shared experts are not fused into the routed call and no DeepEP all-to-all is us
 max of the two groups' sums, in decode only (its prefill runs them in sequence). The same here: in a
 decode-only step of a pool with `shared_expert_overlap` (the default), each stream's ops are priced as
 they would be alone, and the shorter stream's ops are left out of the step — it runs entirely under the
-longer one. Mixed and prefill steps, DP attention (DeepEP) and speculative steps keep both streams in
+longer one. A speculative verify step overlaps the same way over its (k+1)·batch rows (the engine runs it as
+one forward pass of that many tokens). Mixed and prefill steps and DP attention (DeepEP) keep both streams in
 sequence.
 """
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from simulator.pricing.speculative import draft_ops, verify_ops
-
 if TYPE_CHECKING:
     from simulator.config.scenario import Pool
     from simulator.modeled.engine import Simulation
@@ -89,9 +87,8 @@ def _speculative(sim: Simulation, pool: Pool, cost: CostModel, batch: int, conte
              if s.spec is not None and s.spec.verify_seq_steps]
     steps = sum(s.verify_seq_steps for s in drawn)
     accepted = sum(s.tokens for s in drawn) / steps if steps else spec.tokens_per_step
-    verify = cost.ops_breakdown(verify_ops(sim.sc.model, pool, batch, context, pages if sim.sc.integrity.enabled
-                                           else 0))
-    draft = cost.ops_breakdown(draft_ops(sim.sc.model, pool, batch, context))
+    verify_list, draft_list = cost.speculative_ops(batch, context, pages if sim.sc.integrity.enabled else 0)
+    verify, draft = cost.ops_breakdown(verify_list), cost.ops_breakdown(draft_list)
     v, d = sum(verify.values()), sum(draft.values())
     return {"method": spec.method, "draft_tokens": spec.draft_tokens,
             "tokens_per_step": round(spec.tokens_per_step, 4), "accepted_per_step": round(accepted, 4),
