@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 
 from simulator.config.scenario import Pool
-from simulator.modeled.stats import RUN_END, InstanceStats, wake_at_end
+from simulator.modeled.stats import InstanceStats, wait_for_run
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPDecodeSteps, DPSteps, RankStep
 from simulator.serving.instance import Instance as Rank
@@ -246,7 +246,7 @@ class DPInstance:
         return ends, priced
 
     def _loop(self):  # type: ignore[no-untyped-def]
-        env, sim, st, ranks = self.env, self.sim, self.stats, self.ranks
+        sim, st, ranks = self.sim, self.stats, self.ranks
         while True:
             if not any(r.sched.waiting or r.sched.running or r.pending for r in ranks):
                 yield from self._sleep()
@@ -274,18 +274,7 @@ class DPInstance:
             self._run_ends = ends
             for r in ranks:
                 r.planned(n)
-            m = n
-            if n == 1:
-                self.wake = None
-                yield env.timeout(max(0.0, ends[0] - env.now))
-            else:
-                self.wake = env.event()
-                wake_at_end(env, self.wake, max(0.0, ends[-1] - env.now))
-                yield self.wake
-                if self.wake.value is not RUN_END and self.wake_at < ends[-1]:
-                    m = min(n, bisect_left(ends, self.wake_at) + 1)
-                    if ends[m - 1] > env.now:
-                        yield env.timeout(ends[m - 1] - env.now)
+            m = yield from wait_for_run(self, ends, n)
             if priced is not None:
                 priced.charge(m, self.cost.usage)
             end = ends[m - 1]

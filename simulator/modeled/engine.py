@@ -28,7 +28,7 @@ from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
 from simulator.config.scenario import Pool, Scenario
 from simulator.errors import InputError
 from simulator.modeled.dp import DPInstance
-from simulator.modeled.stats import RUN_END, InstanceStats, wake_at_end
+from simulator.modeled.stats import InstanceStats, wait_for_run
 from simulator.pricing.costmodel import CostModel, DecodeSteps
 from simulator.pricing.profile import Profile
 from simulator.serving.instance import Instance as ServingInstance
@@ -195,7 +195,7 @@ class Instance(ServingInstance):
         self.clock = max(self.clock, self.wake_at)
 
     def _loop(self):
-        env, sched, st, cache, sim = self.env, self.sched, self.stats, self.cache, self.sim
+        sched, st, cache, sim = self.sched, self.stats, self.cache, self.sim
         while True:
             if not (sched.waiting or sched.running or self.pending):  # nothing to decide
                 yield from self._sleep()
@@ -217,18 +217,7 @@ class Instance(ServingInstance):
             ends, priced = self._price(plan, n)
             self._run_ends = ends
             self.planned(n)
-            m = n
-            if n == 1:  # nothing can cut a single step short: no wake-up to arm
-                self.wake = None
-                yield env.timeout(max(0.0, ends[0] - env.now))
-            else:
-                self.wake = env.event()
-                wake_at_end(env, self.wake, max(0.0, ends[-1] - env.now))
-                yield self.wake
-                if self.wake.value is not RUN_END and self.wake_at < ends[-1]:
-                    m = min(n, bisect_left(ends, self.wake_at) + 1)
-                    if ends[m - 1] > env.now:
-                        yield env.timeout(ends[m - 1] - env.now)
+            m = yield from wait_for_run(self, ends, n)
             if priced is not None:
                 priced.charge(m, self.cost.usage)
             if decode:

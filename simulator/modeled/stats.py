@@ -1,9 +1,12 @@
-"""What a modeled-clock instance records (busy time, steps, pages held over time) and the one wake-up a run of
-steps waits on; shared by the plain instance (`engine`) and the DP-attention one (`dp`)."""
+"""What a modeled-clock instance records (busy time, steps, pages held over time) and how it waits out a run of
+steps; shared by the plain instance (`engine`) and the DP-attention one (`dp`), so both cut runs alike."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Generator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -38,3 +41,30 @@ def wake_at_end(env: simpy.Environment, wake: simpy.Event, delay: float) -> None
     event: the end of the run one hop after its timer, a cut one hop after its cause (an `a | b` condition
     took one hop more)."""
     env.timeout(delay).callbacks.append(lambda _: wake.triggered or wake.succeed(RUN_END))
+
+
+class Waiting(Protocol):
+    """An instance as a run waits: its SimPy environment, the event a notify fires, and the time of the cause."""
+
+    env: simpy.Environment
+    wake: simpy.Event | None
+    wake_at: float
+
+
+def wait_for_run(inst: Waiting, ends: list[float], n: int) -> Generator[simpy.Event, Any, int]:
+    """Wait out a run of n steps ending at `ends`; returns the steps that ran: all n, or, when a notify cut the run,
+    those up to the one in flight at its cause (`inst.wake_at`)."""
+    env = inst.env
+    if n == 1:  # nothing can cut a single step short: no wake-up to arm
+        inst.wake = None
+        yield env.timeout(max(0.0, ends[0] - env.now))
+        return 1
+    wake = inst.wake = env.event()
+    wake_at_end(env, wake, max(0.0, ends[-1] - env.now))
+    yield wake
+    m = n
+    if wake.value is not RUN_END and inst.wake_at < ends[-1]:
+        m = min(n, bisect_left(ends, inst.wake_at) + 1)
+        if ends[m - 1] > env.now:
+            yield env.timeout(ends[m - 1] - env.now)
+    return m

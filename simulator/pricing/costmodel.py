@@ -217,20 +217,25 @@ class DecodeSteps:
 
     def charge(self, m: int, usage: Usage) -> None:
         """Charge the first m steps' seconds by source and fallback op counts."""
+        roof_us = None if self.roof is None else float(np.add.reduce(self.roof[:m]))
+        self.book(usage, m, float(self.total[m - 1]), roof_us, [int(miss[:m].sum()) for _, miss, _ in self.misses])
+
+    def book(self, usage: Usage, k: int, us: float, roof_us: float | None, missed: list[int]) -> None:
+        """Charge k of these steps that took `us` microseconds in all, `roof_us` of their varying part from the
+        roofline (None: all of it), and whose tables missed `missed[i]` steps of `misses[i]`'s family."""
         pricing = self.pricing
-        var_us = float(self.total[m - 1]) - pricing.fixed.us * m
+        var_us = us - pricing.fixed.us * k
         seconds = usage.seconds
-        if self.roof is None:
+        if roof_us is None:
             seconds["fallback"] += var_us * 1e-6
         else:
-            roof_us = float(np.add.reduce(self.roof[:m]))
             seconds["table"] += (var_us - roof_us) * 1e-6
             seconds["fallback"] += roof_us * 1e-6
         for src, fixed_s in pricing.by_source:
-            seconds[src] += fixed_s * m
-        usage.charge_steps(pricing, m)
-        for fam, miss, k in self.misses:
-            usage._ops[fam] += int(miss[:m].sum()) * k
+            seconds[src] += fixed_s * k
+        usage.charge_steps(pricing, k)
+        for (fam, _, ops), n in zip(self.misses, missed, strict=True):
+            usage._ops[fam] += n * ops
 
 
 @dataclass

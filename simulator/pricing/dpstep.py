@@ -259,18 +259,7 @@ def _uncharge(usage: Usage, part: Usage, share: float) -> None:
 
 def _charge_masked(steps: DecodeSteps, mask: np.ndarray, usage: Usage) -> None:
     """`DecodeSteps.charge` of the steps `mask` picks among the first len(mask)."""
-    pricing, k = steps.pricing, int(mask.sum())
     m = len(mask)
-    var_us = float(steps.us[:m][mask].sum()) - pricing.fixed.us * k
-    seconds = usage.seconds
-    if steps.roof is None:
-        seconds["fallback"] += var_us * 1e-6
-    else:
-        roof_us = float(steps.roof[:m][mask].sum())
-        seconds["table"] += (var_us - roof_us) * 1e-6
-        seconds["fallback"] += roof_us * 1e-6
-    for src, fixed_s in pricing.by_source:
-        seconds[src] += fixed_s * k
-    usage.charge_steps(pricing, k)
-    for fam, miss, c in steps.misses:
-        usage._ops[fam] += int((miss[:m] & mask).sum()) * c
+    steps.book(usage, int(mask.sum()), float(steps.us[:m][mask].sum()),
+               None if steps.roof is None else float(steps.roof[:m][mask].sum()),
+               [int((miss[:m] & mask).sum()) for _, miss, _ in steps.misses])
