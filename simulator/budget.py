@@ -10,12 +10,12 @@ field and the estimate. `Limits.none()` (the CLI's `--no-limits`) is for people 
 from __future__ import annotations
 
 import math
-import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from simulator.capacity import pool_capacity
 from simulator.config.consistency import largest
+from simulator.config.safe_yaml import check_regular
 from simulator.config.scenario import Length, Scenario
 from simulator.errors import InputError
 from simulator.workload.lengths import resolve
@@ -76,13 +76,11 @@ def mean_length(length: Length) -> float:
 
 
 def _file_size(path: Path, what: str) -> int:
+    check_regular(path, what)  # /dev/zero or a pipe would be read without end
     try:
-        st = path.stat()
+        size = path.stat().st_size
     except OSError:
         return 0  # the reader names a missing file with its own error
-    if not stat.S_ISREG(st.st_mode):  # /dev/zero or a pipe would be read without end
-        raise InputError(f"{path}: {what} is not a regular file")
-    size = st.st_size
     if size > MAX_FILE_BYTES:
         raise InputError(f"{path}: {what} is {size / GIB:.1f} GiB, over the {MAX_FILE_BYTES // GIB} GiB a run reads")
     return size

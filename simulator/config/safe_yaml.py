@@ -31,7 +31,8 @@ class LimitError(ComposerError):
 
 def check_regular(path: str | Path, what: str) -> None:
     """Refuse a path that is not a regular file before opening it: a FIFO without a writer blocks the open for
-    ever, and a device (/dev/zero) reads without end (traces and length files: `budget`'s same check)."""
+    ever, and a device (/dev/zero) reads without end. Scenario files, traces, length files and profiles all pass
+    through here."""
     try:
         mode = os.stat(path).st_mode
     except OSError:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.config.safe_yaml import check_regular
 from simulator.config.scenario import Scenario
 from simulator.config.specs import HardwareSpec
 from simulator.errors import InputError
@@ -213,8 +214,7 @@ class Profile:
     def load(cls, path: str | Path) -> Profile:
         """Read and validate a profile JSON (docs/ops.md); any defect is one InputError naming the file."""
         try:
-            if Path(path).exists() and not Path(path).is_file():  # /dev/zero or a pipe: read without end
-                raise InputError(f"{path}: a profile must be a regular file")
+            check_regular(path, "profile")  # /dev/zero or a pipe: read without end
             if Path(path).stat().st_size > MAX_PROFILE_BYTES:
                 raise InputError(f"{path}: larger than {MAX_PROFILE_BYTES >> 20} MiB: not a profile")
             data = json.loads(Path(path).read_text(encoding="utf-8"))
