@@ -22,7 +22,8 @@ run: $(STAMP)
 	.venv/bin/phaseplan run $(SCENARIO)
 
 test: $(STAMP)
-	.venv/bin/ruff check simulator kernels app tests phaseplan
+	.venv/bin/ruff check simulator kernels app tests phaseplan bench
+	.venv/bin/ruff format --check simulator kernels app tests phaseplan bench
 	$(PY) -m pytest -q
 
 app: $(STAMP)

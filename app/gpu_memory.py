@@ -37,8 +37,12 @@ class GpuMemory:
 
     def segments(self) -> dict[str, float]:
         """GiB per part of the stacked bar, bottom to top."""
-        return {"weights": self.weights_gib, "KV pool": self.kv_gib, "reserve": self.reserve_gib,
-                "headroom": self.headroom_gib}
+        return {
+            "weights": self.weights_gib,
+            "KV pool": self.kv_gib,
+            "reserve": self.reserve_gib,
+            "headroom": self.headroom_gib,
+        }
 
     def concurrency(self, context_tokens: int) -> int:
         """Requests of `context_tokens` (prompt + output) whose KV fits at once in one instance's pages."""
@@ -52,15 +56,27 @@ def gpu_memory(model: ModelSpec, hw: HardwareSpec, pool: Pool, label: str) -> Gp
     kv = cap.kv_budget_gib_per_gpu if cap.fits else 0.0
     used = cap.weights_gib_per_gpu + kv + pool.reserve_gib
     return GpuMemory(
-        label=label, weights=pool.weights, kv_cache=pool.kv_cache, hbm_gib=hw.hbm_gib,
-        weights_gib=cap.weights_gib_per_gpu, kv_gib=kv, reserve_gib=pool.reserve_gib,
-        headroom_gib=max(0.0, hw.hbm_gib - used), kv_bytes_per_token=cap.kv_bytes_per_token,
-        kv_tokens=cap.kv_tokens, pages=cap.pages, page_size=pool.page_size, max_running=pool.max_running,
-        fits=cap.fits, reason=cap.reason,
+        label=label,
+        weights=pool.weights,
+        kv_cache=pool.kv_cache,
+        hbm_gib=hw.hbm_gib,
+        weights_gib=cap.weights_gib_per_gpu,
+        kv_gib=kv,
+        reserve_gib=pool.reserve_gib,
+        headroom_gib=max(0.0, hw.hbm_gib - used),
+        kv_bytes_per_token=cap.kv_bytes_per_token,
+        kv_tokens=cap.kv_tokens,
+        pages=cap.pages,
+        page_size=pool.page_size,
+        max_running=pool.max_running,
+        fits=cap.fits,
+        reason=cap.reason,
     )
 
 
 def variants(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> list[GpuMemory]:
     """The pool in each of VARIANTS' formats, everything else unchanged."""
-    return [gpu_memory(model, hw, pool.model_copy(update={"weights": w, "kv_cache": kv}), f"{w} weights, {kv} KV")
-            for w, kv in VARIANTS]
+    return [
+        gpu_memory(model, hw, pool.model_copy(update={"weights": w, "kv_cache": kv}), f"{w} weights, {kv} KV")
+        for w, kv in VARIANTS
+    ]

@@ -50,8 +50,9 @@ def preset_options(raw: dict[str, Any], key: str) -> list[str]:
 def length_value(length: Length | dict[str, Any]) -> dict[str, Any]:
     """A length distribution as the plain mapping YAML holds, normalised so equal distributions compare equal."""
     ln = length if isinstance(length, Length) else Length.model_validate(length)
-    keep = {"fixed": ["value"], "uniform": ["low", "high"], "lognormal": ["median", "sigma"],
-            "empirical": ["file"]}[ln.dist]
+    keep = {"fixed": ["value"], "uniform": ["low", "high"], "lognormal": ["median", "sigma"], "empirical": ["file"]}[
+        ln.dist
+    ]
     out: dict[str, Any] = {"dist": ln.dist, **{k: getattr(ln, k) for k in keep}}
     if ln.max is not None:
         out["max"] = ln.max

@@ -120,8 +120,13 @@ def lookup(study: Study, overrides: dict[str, Any], cache: RunCache, cap: int = 
     return key, cache.get(key)
 
 
-def run(study: Study, overrides: dict[str, Any], cache: RunCache | None = None, cap: int = MAX_REQUESTS,
-        on_progress: Callable[[int, int], None] | None = None) -> Run:
+def run(
+    study: Study,
+    overrides: dict[str, Any],
+    cache: RunCache | None = None,
+    cap: int = MAX_REQUESTS,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> Run:
     """Simulate the study with `overrides` (or return the cached run); `on_progress(done, cap)` as it goes."""
     sets = capped_sets(study, overrides, cap)
     sc = scenario_for(study, sets)
@@ -134,8 +139,13 @@ def run(study: Study, overrides: dict[str, Any], cache: RunCache | None = None, 
     recs = list(sim.records.values())
     done = [r for r in recs if r.status == "completed"]
     out = Run(
-        key=key, study=study.label, overrides=dict(overrides), sets=sets, result=result,
-        capped="traffic.requests" in sets and "traffic.requests" not in overrides
+        key=key,
+        study=study.label,
+        overrides=dict(overrides),
+        sets=sets,
+        result=result,
+        capped="traffic.requests" in sets
+        and "traffic.requests" not in overrides
         and result["metrics"]["requests"] >= sets["traffic.requests"],
         ttft_ms=np.array([(r.first_token - r.arrival) * 1e3 for r in done]),
         tpot_ms=np.array([(r.finish - r.first_token) * 1e3 / (r.output - 1) for r in done if r.output > 1]),

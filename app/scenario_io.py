@@ -61,8 +61,10 @@ def from_upload(name: str, content: bytes) -> Study:
     """An uploaded YAML, read as if it sat in `scenarios/` (so `../traces/...` works as in a bundled study)."""
     label = f"upload {_safe_name(name)}"
     if len(content) > MAX_UPLOAD_BYTES:
-        raise InputError(f"{label}: {len(content) / 1024:,.0f} KiB is over the {MAX_UPLOAD_BYTES // 1024} KiB "
-                         "an uploaded scenario may have")
+        raise InputError(
+            f"{label}: {len(content) / 1024:,.0f} KiB is over the {MAX_UPLOAD_BYTES // 1024} KiB "
+            "an uploaded scenario may have"
+        )
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -106,8 +108,11 @@ def _safe_name(name: str) -> str:
 def _files_inside_project(study: Study) -> None:
     """An uploaded scenario may read only the project's files (traces, length files, profiles)."""
     sc = study.scenario
-    named = [("traffic.trace", sc.traffic.trace), ("traffic.prompt_tokens.file", sc.traffic.prompt_tokens.file),
-             ("traffic.output_tokens.file", sc.traffic.output_tokens.file)]
+    named = [
+        ("traffic.trace", sc.traffic.trace),
+        ("traffic.prompt_tokens.file", sc.traffic.prompt_tokens.file),
+        ("traffic.output_tokens.file", sc.traffic.output_tokens.file),
+    ]
     if sc.profile != "roofline":
         named.append(("profile", sc.profile))
     for where, value in named:
@@ -115,8 +120,10 @@ def _files_inside_project(study: Study) -> None:
             continue
         path = resolve(value, study.base_dir).resolve()
         if not path.is_relative_to(ROOT):
-            raise InputError(f"{study.label}: {where}: an uploaded scenario may only name files inside the "
-                             f"project folder (got {value!r})")
+            raise InputError(
+                f"{study.label}: {where}: an uploaded scenario may only name files inside the "
+                f"project folder (got {value!r})"
+            )
 
 
 def scenario_yaml(study: Study, overrides: dict[str, Any]) -> str:

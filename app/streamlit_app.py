@@ -20,8 +20,10 @@ study = sidebar.pick_study()
 base = knobs.study_values(study.scenario, study.raw)
 deployment = sidebar.deployment_knobs(study, base)
 overrides = knobs.overrides(base, {**deployment, **sidebar.traffic_knobs(study, base)})
-st.caption(f"**{study.label}** · {study.scenario.name} · every simulated number is labelled with the profile that "
-           "priced it (modeled or measured); capacity figures are memory arithmetic")
+st.caption(
+    f"**{study.label}** · {study.scenario.name} · every simulated number is labelled with the profile that "
+    "priced it (modeled or measured); capacity figures are memory arithmetic"
+)
 
 # Only the open view runs (switching views reruns the page): a view's charts cost the browser seconds to draw.
 views = ["Capacity", "What-if", "Compare & curves", "Plan"]

@@ -38,8 +38,10 @@ CACHE = ROOT / "bench" / "aiconfigurator-estimates.json"
 BATCHES = (1, 8, 16, 32, 64)
 OSL = 1024
 PREFILL = 8192
-COMMON = ("cli estimate --system h200_sxm --estimate-mode static --tp 8 --fmha-quant-mode bfloat16 --detail time "
-          "--no-color --backend sglang --moe-tp-size 8 --moe-ep-size 1")
+COMMON = (
+    "cli estimate --system h200_sxm --estimate-mode static --tp 8 --fmha-quant-mode bfloat16 --detail time "
+    "--no-color --backend sglang --moe-tp-size 8 --moe-ep-size 1"
+)
 KV_AIC = {"bf16": "bfloat16", "fp8_e4m3": "fp8"}
 
 
@@ -55,9 +57,16 @@ class Case:
     def pool(self, fp8_kv_read_factor: float | None = None, fuse_elementwise: bool = False) -> Pool:
         # SGLang's FP8 MLA cache is the flat e4m3 latent; page size does not key either side's tables. Experts
         # are touched as AIConfigurator routes them for DeepSeek-family models (power law, alpha 1.01).
-        return Pool(tp=8, weights=self.weights, kv_cache=self.kv, kv_layout="flat",
-                    fp8_kv_read_factor=fp8_kv_read_factor, moe_routing="power_law", moe_routing_alpha=1.01,
-                    fuse_elementwise=fuse_elementwise)
+        return Pool(
+            tp=8,
+            weights=self.weights,
+            kv_cache=self.kv,
+            kv_layout="flat",
+            fp8_kv_read_factor=fp8_kv_read_factor,
+            moe_routing="power_law",
+            moe_routing_alpha=1.01,
+            fuse_elementwise=fuse_elementwise,
+        )
 
 
 DSV3 = "--model deepseek-ai/DeepSeek-V3 --gemm-quant-mode fp8_block --moe-quant-mode fp8_block"
@@ -104,8 +113,11 @@ def main() -> None:
     ap.add_argument("--profile", action="append", help="profile JSON or 'roofline' (repeatable)")
     ap.add_argument("--detail", action="store_true", help="phaseplan's largest op families per row (ms)")
     ap.add_argument("--fp8-kv-read-factor", type=float, help="the pools' fp8_kv_read_factor (default: the roofline's)")
-    ap.add_argument("--fuse-elementwise", action="store_true",
-                    help="fuse_elementwise on the pools: small kernels counted as AIConfigurator counts them")
+    ap.add_argument(
+        "--fuse-elementwise",
+        action="store_true",
+        help="fuse_elementwise on the pools: small kernels counted as AIConfigurator counts them",
+    )
     args = ap.parse_args()
     profiles = args.profile or [str(ROOT / "profiles" / "h200-sglang.json"), "roofline"]
     hw = HardwareSpec(**presets.hardware("h200"))
@@ -118,8 +130,10 @@ def main() -> None:
         model = ModelSpec(**presets.model(case.preset))
         pool = case.pool(args.fp8_kv_read_factor, args.fuse_elementwise)
         costs = [CostModel(model, hw, pool, prof, integrity=False) for _, prof in loaded]
-        rows = [(f"decode b{b}", b, case.isl + OSL // 2, aic_command(case, b, case.isl, OSL, case.kv), "TPOT")
-                for b in BATCHES]
+        rows = [
+            (f"decode b{b}", b, case.isl + OSL // 2, aic_command(case, b, case.isl, OSL, case.kv), "TPOT")
+            for b in BATCHES
+        ]
         if case.kv == "bf16":
             rows.append((f"prefill {PREFILL}", 0, PREFILL, aic_command(case, 1, PREFILL, 2, "bf16"), "TTFT"))
         for step, batch, context, command, metric in rows:
@@ -131,8 +145,9 @@ def main() -> None:
                 ms = phaseplan_ms(cost, batch, context, case.pool().page_size)
                 cells += [f"{ms:.2f}", f"{ms / aic:.2f}" if aic else "—"]
                 if args.detail:
-                    bd = cost.breakdown(batch, batch * context, batch * -(-context // 64),
-                                        [(context, 0)] if batch == 0 else [])
+                    bd = cost.breakdown(
+                        batch, batch * context, batch * -(-context // 64), [(context, 0)] if batch == 0 else []
+                    )
                     details.append(top(bd))
             print(f"| {case.label} | {step} | " + " | ".join(cells) + " |")
             for name, d in zip(names, details, strict=False):

@@ -26,9 +26,17 @@ SCENARIO = ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"
 
 def run(per_rank: int, acceptance: float | None, seconds: float, prefill: int) -> dict[str, float]:
     spec = "null" if acceptance is None else f"{{method: mtp, draft_tokens: 1, acceptance: [{acceptance}]}}"
-    sc, _ = loader.load(SCENARIO, (f"deployment.decode.speculative={spec}", "traffic.rate=null",
-                                   f"traffic.concurrency={per_rank * 32}", f"traffic.duration_s={seconds}",
-                                   f"deployment.prefill.instances={prefill}", "sweep={}"))
+    sc, _ = loader.load(
+        SCENARIO,
+        (
+            f"deployment.decode.speculative={spec}",
+            "traffic.rate=null",
+            f"traffic.concurrency={per_rank * 32}",
+            f"traffic.duration_s={seconds}",
+            f"deployment.prefill.instances={prefill}",
+            "sweep={}",
+        ),
+    )
     m = simulate(sc, SCENARIO.parent)[0]["metrics"]
     return {"tok_s": m["output_tokens_per_s"], "tpot_p50": m["tpot_ms"]["p50"]}
 
@@ -46,8 +54,10 @@ def main() -> None:
         print(f"{c:>12} {'none':>16} {base['tok_s']:>12,.1f} {base['tpot_p50']:>12,.1f} {'1.00x':>8}")
         for p in a.acceptance:
             r = run(c, p, a.seconds, a.prefill_instances)
-            print(f"{c:>12} {f'MTP k=1 p={p:g}':>16} {r['tok_s']:>12,.1f} {r['tpot_p50']:>12,.1f} "
-                  f"{r['tok_s'] / base['tok_s']:>7.2f}x")
+            print(
+                f"{c:>12} {f'MTP k=1 p={p:g}':>16} {r['tok_s']:>12,.1f} {r['tpot_p50']:>12,.1f} "
+                f"{r['tok_s'] / base['tok_s']:>7.2f}x"
+            )
     print("MODELED: the scenario's profile (see its `profile`); accepted tokens drawn per sequence and step")
 
 

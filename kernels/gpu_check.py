@@ -71,8 +71,10 @@ def main() -> int:
     write_atomic(out / "h200.json", json.dumps(profile, indent=1) + "\n")
     ceil = profile["ceilings"]
     say(f"device {profile['device']}: copy {ceil['copy_gbs']:.0f} GB/s, bf16 matmul {ceil['bf16_tflops']:.1f} TFLOP/s")
-    say(f"skipped {json.dumps(profile['skipped'])}; failed {len(profile['failed'])}; "
-        f"left unmeasured {profile['unmeasured']}; {time.monotonic() - start:.0f} s in all")
+    say(
+        f"skipped {json.dumps(profile['skipped'])}; failed {len(profile['failed'])}; "
+        f"left unmeasured {profile['unmeasured']}; {time.monotonic() - start:.0f} s in all"
+    )
     for f in profile["failed"]:
         say(f"{f['family']} {f['shape']}: FAILED {f['error']}")
     rows = []

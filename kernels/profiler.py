@@ -56,9 +56,21 @@ def scenario_pairs(folder: Path = SCENARIOS) -> list[tuple[ModelSpec, Any]]:
                 # Instances, memory and scheduling limits do not change a kernel's shape. A speculative pool's
                 # verify and draft shapes are left to the roofline: its plain steps are profiled.
                 pool = pool.model_copy(update={"speculative": None})
-                shape_keys = pool.model_dump(include={"tp", "ep", "weights", "int4_group_size", "kv_cache",
-                                                      "kv_layout", "page_size", "dp", "nodes", "redundant_experts",
-                                                      "expert_imbalance"})
+                shape_keys = pool.model_dump(
+                    include={
+                        "tp",
+                        "ep",
+                        "weights",
+                        "int4_group_size",
+                        "kv_cache",
+                        "kv_layout",
+                        "page_size",
+                        "dp",
+                        "nodes",
+                        "redundant_experts",
+                        "expert_imbalance",
+                    }
+                )
                 pairs.setdefault(json.dumps([at.model.name, shape_keys], sort_keys=True), (at.model, pool))
     return list(pairs.values())
 
@@ -82,8 +94,9 @@ def thin(shapes: Mapping[str, list[dict[str, Any]]], budget: int) -> Shapes:
             tables.setdefault((family, categorical(family, s)), []).append(s)
     columns = {key: _columns(key[0], t) for key, t in tables.items()}
     keep = 2
-    while keep < max(map(len, tables.values())) and \
-            sum(len(_thin_table(c, keep + 1)) for c in columns.values()) <= budget:
+    while (
+        keep < max(map(len, tables.values())) and sum(len(_thin_table(c, keep + 1)) for c in columns.values()) <= budget
+    ):
         keep += 1
     out: Shapes = {}
     for (family, _), c in columns.items():
@@ -122,6 +135,7 @@ def count(shapes: Mapping[str, list[Any]]) -> int:
 
 # -- measuring ------------------------------------------------------------------------------------------------
 
+
 def unmeasurable(family: str, shape: Mapping[str, Any]) -> str | None:
     """Why `kernels.measure` cannot time this op as the op list means it (None: it can)."""
     if family in ("decode_indexer", "prefill_indexer"):
@@ -131,8 +145,12 @@ def unmeasurable(family: str, shape: Mapping[str, Any]) -> str | None:
     return None
 
 
-def measured_profile(device: str, shapes: Iterable[tuple[str, dict[str, Any]]], deadline: float | None = None,
-                     say: Callable[[str], None] | None = None) -> dict[str, Any]:
+def measured_profile(
+    device: str,
+    shapes: Iterable[tuple[str, dict[str, Any]]],
+    deadline: float | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Time every measurable (family, shape), in order, on `device` ('cuda' or 'cpu') into a profile document
     (docs/ops.md).
 
@@ -156,8 +174,9 @@ def measured_profile(device: str, shapes: Iterable[tuple[str, dict[str, Any]]], 
     ceil = ceilings(device)
     kernels: dict[str, list[dict[str, Any]]] = {}
     failed, left = [], 0
-    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=Console(stderr=True),
-                  disable=say is not None) as bar:
+    with Progress(
+        *Progress.get_default_columns(), MofNCompleteColumn(), console=Console(stderr=True), disable=say is not None
+    ) as bar:
         task = bar.add_task("profiling", total=len(todo))
         for i, (family, s) in enumerate(todo, 1):
             if deadline is not None and time.monotonic() > deadline:
@@ -187,8 +206,12 @@ def measured_profile(device: str, shapes: Iterable[tuple[str, dict[str, Any]]], 
 
 
 def _versions(torch: Any) -> dict[str, str]:
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda or "none", "driver": "none",
-           "python": platform.python_version()}
+    out = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "driver": "none",
+        "python": platform.python_version(),
+    }
     try:
         import triton
 
@@ -196,14 +219,19 @@ def _versions(torch: Any) -> dict[str, str]:
     except ImportError:
         out["triton"] = "none"
     if shutil.which("nvidia-smi"):
-        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         out["driver"] = res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else "none"
     return out
 
 
-def write_profile(device: str, hardware: str, out: Path, quick: bool = False,
-                  shapes: Mapping[str, list[dict[str, Any]]] | None = None) -> Path:
+def write_profile(
+    device: str, hardware: str, out: Path, quick: bool = False, shapes: Mapping[str, list[dict[str, Any]]] | None = None
+) -> Path:
     """Profile the bundled scenarios' shapes (or `shapes`) on `device` into `out`, written whole or not at all.
 
     The modeled profile holds every shape, unthinned (a modeled point costs nothing), so at the studies'

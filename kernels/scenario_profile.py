@@ -118,7 +118,9 @@ def write_scenario_profile(path: Path, device: str, out: Path) -> Path:
             shapes.setdefault(family, []).extend(s for s in found if s not in shapes.get(family, []))
     doc = measured_profile(device, flat(shapes))
     how = f"torch reference ops, {CPU_THREADS} thread" if device == "cpu" else "Triton kernels"
-    doc["how"] = f"the op shapes of {path.name} only, every sweep point (kernels.scenario_profile), timed by " \
-                 f"kernels.measure: {how}"
+    doc["how"] = (
+        f"the op shapes of {path.name} only, every sweep point (kernels.scenario_profile), timed by "
+        f"kernels.measure: {how}"
+    )
     write_atomic(Path(out), json.dumps(doc, indent=1) + "\n")
     return Path(out)

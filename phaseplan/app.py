@@ -18,9 +18,23 @@ MAX_UPLOAD_MB = 1  # the browser refuses bigger files; the page itself takes at 
 
 def command(port: int, address: str = "localhost") -> list[str]:
     """The `streamlit run` command line that serves the page on `address:port`."""
-    return [sys.executable, "-m", "streamlit", "run", str(PAGE), "--server.headless", "true",
-            "--server.port", str(port), "--server.address", address, "--browser.gatherUsageStats", "false",
-            "--server.maxUploadSize", str(MAX_UPLOAD_MB)]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(PAGE),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.maxUploadSize",
+        str(MAX_UPLOAD_MB),
+    ]
 
 
 def serve(port: int, address: str) -> None:

@@ -16,14 +16,22 @@ def profile_import() -> None:
 @click.option("--system", default="h200_sxm", show_default=True, help="AIConfigurator system (its data folder).")
 @click.option("--backend", default="sglang", show_default=True, help="Serving framework whose kernels were timed.")
 @click.option("--version", "version", default=None, help="Newest framework version to read (default: newest).")
-@click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Read the tables from this systems/data/<system> folder instead of the installed package.")
-@click.option("--moe-distribution", default="power_law_1.01", show_default=True,
-              help="Measured MoE routing to read: power_law_1.01 (AIConfigurator's DeepSeek default), power_law_1.2, "
-                   "balanced.")
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Read the tables from this systems/data/<system> folder instead of the installed package.",
+)
+@click.option(
+    "--moe-distribution",
+    default="power_law_1.01",
+    show_default=True,
+    help="Measured MoE routing to read: power_law_1.01 (AIConfigurator's DeepSeek default), power_law_1.2, balanced.",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Profile JSON to write.")
-def aiconfigurator(system: str, backend: str, version: str | None, data: Path | None, moe_distribution: str,
-                   out: Path) -> None:
+def aiconfigurator(
+    system: str, backend: str, version: str | None, data: Path | None, moe_distribution: str, out: Path
+) -> None:
     """NVIDIA AIConfigurator's measured tables (PyPI aiconfigurator-core, Apache-2.0) as a profile."""
     from simulator.pricing.aiconfigurator import import_profile
 
@@ -33,8 +41,13 @@ def aiconfigurator(system: str, backend: str, version: str | None, data: Path | 
 
 
 @click.command("fit")
-@click.option("--profile", "path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="A measured profile (e.g. profiles/h200-sglang.json).")
+@click.option(
+    "--profile",
+    "path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="A measured profile (e.g. profiles/h200-sglang.json).",
+)
 @click.option("--hardware", default="h200", show_default=True, help="Hardware preset whose roofline is fitted.")
 def profile_fit(path: Path, hardware: str) -> None:
     """Fit a hardware's roofline factors to a measured profile; prints residuals and the preset's YAML."""
@@ -49,8 +62,10 @@ def profile_fit(path: Path, hardware: str) -> None:
     click.echo("| group | entries | rms log error before | after | median roofline/measured before | after |")
     click.echo("|---|---:|---:|---:|---:|---:|")
     for r in result.residuals:
-        click.echo(f"| {r.group} | {r.entries:,} | {r.rms_before:.3f} | {r.rms_after:.3f} | {r.ratio_before:.2f} | "
-                   f"{r.ratio_after:.2f} |")
+        click.echo(
+            f"| {r.group} | {r.entries:,} | {r.rms_before:.3f} | {r.rms_after:.3f} | {r.ratio_before:.2f} | "
+            f"{r.ratio_after:.2f} |"
+        )
     click.echo("\n# for the hardware preset:")
     click.echo(yaml.safe_dump({**result.hardware, "roofline": {"factors": result.factors}}, sort_keys=False).rstrip())
     for name, v in result.engine.items():

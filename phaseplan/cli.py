@@ -23,7 +23,10 @@ from simulator.results import report
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 set_option = click.option(
-    "--set", "sets", multiple=True, metavar="PATH=VALUE",
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="PATH=VALUE",
     help="Override a scenario field by its dotted path (repeatable), e.g. --set deployment.decode.tp=8.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
@@ -32,16 +35,27 @@ scenario_arg = click.argument("scenario", type=click.Path(dir_okay=False, path_t
 
 def work_options(f: Any) -> Any:
     """--no-limits / --max-requests: the work estimate's limits a run must pass before it starts."""
-    f = click.option("--max-requests", type=click.IntRange(min=1), default=None, metavar="N",
-                     help="Raise (or lower) the limit of requests per run (default 1,000,000).")(f)
-    return click.option("--no-limits", is_flag=True,
-                        help="Run whatever the work estimate says (requests, tokens, memory, sweep points).")(f)
+    f = click.option(
+        "--max-requests",
+        type=click.IntRange(min=1),
+        default=None,
+        metavar="N",
+        help="Raise (or lower) the limit of requests per run (default 1,000,000).",
+    )(f)
+    return click.option(
+        "--no-limits",
+        is_flag=True,
+        help="Run whatever the work estimate says (requests, tokens, memory, sweep points).",
+    )(f)
 
 
 def limit_options(f: Any) -> Any:
     """The work limits and --allow-profile-mismatch: the checks a simulation passes before it starts."""
-    f = click.option("--allow-profile-mismatch", is_flag=True,
-                     help="Price with a profile made on another device than the scenario's hardware.")(f)
+    f = click.option(
+        "--allow-profile-mismatch",
+        is_flag=True,
+        help="Price with a profile made on another device than the scenario's hardware.",
+    )(f)
     return work_options(f)
 
 
@@ -78,8 +92,14 @@ def _progress(total: float) -> tuple[Progress | None, Any]:
     """A bar on a terminal for a run of many requests, whatever drives it (count, rate × duration or trace)."""
     if not math.isfinite(total) or total < 2000 or not sys.stderr.isatty():
         return None, None
-    prog = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+    prog = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = prog.add_task("simulating", total=int(total))
 
     def tick(done: int) -> None:
@@ -120,16 +140,31 @@ def _warn_if_empty(sc: Any, result: dict[str, Any], label: str = "") -> None:
 @scenario_arg
 @json_option
 @click.option("--out", type=click.Path(path_type=Path), help="Also write result.json here.")
-@click.option("--repeats", type=click.IntRange(1, 10_000), default=1, show_default=True,
-              help="Runs over seeds seed..seed+N-1 (and the profile's p10-p90 spread): metrics with 95% intervals.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(1, 10_000),
+    default=1,
+    show_default=True,
+    help="Runs over seeds seed..seed+N-1 (and the profile's p10-p90 spread): metrics with 95% intervals.",
+)
 @planner.slo_option
 @planner.jobs_option
 @planner.backend_option
 @set_option
 @limit_options
-def run(scenario: Path, as_json: bool, out: Path | None, repeats: int, slo: str | None, jobs: int | None,
-        backend_kind: str, sets: tuple[str, ...], no_limits: bool, max_requests: int | None,
-        allow_profile_mismatch: bool) -> None:
+def run(
+    scenario: Path,
+    as_json: bool,
+    out: Path | None,
+    repeats: int,
+    slo: str | None,
+    jobs: int | None,
+    backend_kind: str,
+    sets: tuple[str, ...],
+    no_limits: bool,
+    max_requests: int | None,
+    allow_profile_mismatch: bool,
+) -> None:
     """Simulate a scenario on the modeled clock (its `sweep` block is ignored)."""
     from simulator.atomic import check_target, write_files
 
@@ -157,15 +192,30 @@ def run(scenario: Path, as_json: bool, out: Path | None, repeats: int, slo: str 
 @cli.command()
 @scenario_arg
 @json_option
-@click.option("--out", type=click.Path(path_type=Path), default=Path("out"), show_default=True,
-              help="Folder for the sweep CSV (and results.json).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("out"),
+    show_default=True,
+    help="Folder for the sweep CSV (and results.json).",
+)
 @planner.jobs_option
 @planner.backend_option
 @click.option("--pareto", is_flag=True, help="Also write the Pareto frontier of throughput per GPU (CSV, PNG).")
 @set_option
 @limit_options
-def sweep(scenario: Path, as_json: bool, out: Path, jobs: int | None, backend_kind: str, pareto: bool,
-          sets: tuple[str, ...], no_limits: bool, max_requests: int | None, allow_profile_mismatch: bool) -> None:
+def sweep(
+    scenario: Path,
+    as_json: bool,
+    out: Path,
+    jobs: int | None,
+    backend_kind: str,
+    pareto: bool,
+    sets: tuple[str, ...],
+    no_limits: bool,
+    max_requests: int | None,
+    allow_profile_mismatch: bool,
+) -> None:
     """Run every point of the scenario's `sweep` block; print a table, write a CSV. A failed point is kept."""
     from simulator.atomic import check_target, write_files
     from simulator.budget import check_points, check_sweep_total
@@ -211,16 +261,24 @@ def _point_label(point: dict[str, Any]) -> str:
 
 
 @cli.group(invoke_without_command=True)
-@click.option("--device", type=click.Choice(["cuda", "cpu", "roofline"]),
-              help="cuda: Triton kernels on a GPU; cpu: torch reference ops; roofline: the modeled profile.")
+@click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu", "roofline"]),
+    help="cuda: Triton kernels on a GPU; cpu: torch reference ops; roofline: the modeled profile.",
+)
 @click.option("--hardware", default="h200", show_default=True, help="Hardware preset (roofline only).")
 @click.option("--out", type=click.Path(path_type=Path), help="Profile JSON to write.")
 @click.option("--quick", is_flag=True, help="Fewer shapes (for smoke tests).")
-@click.option("--scenario", "only", type=click.Path(dir_okay=False, path_type=Path),
-              help="Measure exactly this scenario's op shapes, every sweep point (cpu/cuda; `make profile-cpu`).")
+@click.option(
+    "--scenario",
+    "only",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Measure exactly this scenario's op shapes, every sweep point (cpu/cuda; `make profile-cpu`).",
+)
 @click.pass_context
-def profile(ctx: click.Context, device: str | None, hardware: str, out: Path | None, quick: bool,
-            only: Path | None) -> None:
+def profile(
+    ctx: click.Context, device: str | None, hardware: str, out: Path | None, quick: bool, only: Path | None
+) -> None:
     """Measure (or model) every kernel shape the bundled scenarios' op lists produce (`profile import` converts
     a third party's measured tables instead)."""
     if ctx.invoked_subcommand is not None:
@@ -262,33 +320,59 @@ def _need_device(device: str) -> None:
     except ImportError:
         raise InputError(f"--device {device}: torch is not installed (pip install -e '.[kernels]')") from None
     if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA GPU is visible here (torch.cuda.is_available() is False); "
-                         "use --device cpu or --device roofline")
+        raise InputError(
+            "--device cuda: no CUDA GPU is visible here (torch.cuda.is_available() is False); "
+            "use --device cpu or --device roofline"
+        )
 
 
-device_option = click.option("--device", type=click.Choice(["cuda", "cpu"]), required=True,
-                             help="cuda: the Triton kernels on a GPU; cpu: the torch reference ops.")
-budget_option = click.option("--budget-s", type=click.FloatRange(min=0), default=120.0, show_default=True,
-                             help="Device seconds to spend executing; later steps reuse their bucket's time.")
+device_option = click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu"]),
+    required=True,
+    help="cuda: the Triton kernels on a GPU; cpu: the torch reference ops.",
+)
+budget_option = click.option(
+    "--budget-s",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Device seconds to spend executing; later steps reuse their bucket's time.",
+)
 
 
 @cli.command()
 @scenario_arg
 @device_option
-@click.option("--clock", type=click.Choice(["measured", "modeled"]), default="measured", show_default=True,
-              help="measured: time advances by executed steps; modeled: by the cost model (equals `run`).")
+@click.option(
+    "--clock",
+    type=click.Choice(["measured", "modeled"]),
+    default="measured",
+    show_default=True,
+    help="measured: time advances by executed steps; modeled: by the cost model (equals `run`).",
+)
 @json_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Also write result.json here.")
 @budget_option
 @set_option
 @work_options
-def replay(scenario: Path, device: str, clock: str, as_json: bool, out: Path | None, budget_s: float,
-           sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
+def replay(
+    scenario: Path,
+    device: str,
+    clock: str,
+    as_json: bool,
+    out: Path | None,
+    budget_s: float,
+    sets: tuple[str, ...],
+    no_limits: bool,
+    max_requests: int | None,
+) -> None:
     """Run a scenario's steps on a device with the same scheduler (the real clock); the Result of `run`."""
     from phaseplan.replay import replay_command
 
-    replay_command(scenario, sets, device, clock, budget_s, out, as_json, console,
-                   planner.work_limits(no_limits, max_requests))
+    replay_command(
+        scenario, sets, device, clock, budget_s, out, as_json, console, planner.work_limits(no_limits, max_requests)
+    )
 
 
 @cli.command()
@@ -299,23 +383,37 @@ def replay(scenario: Path, device: str, clock: str, as_json: bool, out: Path | N
 @budget_option
 @set_option
 @work_options
-def compare(scenario: Path, device: str, profile_path: str | None, as_json: bool, budget_s: float,
-            sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
+def compare(
+    scenario: Path,
+    device: str,
+    profile_path: str | None,
+    as_json: bool,
+    budget_s: float,
+    sets: tuple[str, ...],
+    no_limits: bool,
+    max_requests: int | None,
+) -> None:
     """Simulate and replay a scenario; each headline metric sim vs replay, then op families priced vs measured."""
     from phaseplan.replay import compare_command
 
-    compare_command(scenario, sets, device, profile_path, budget_s, as_json, console,
-                    planner.work_limits(no_limits, max_requests))
+    compare_command(
+        scenario, sets, device, profile_path, budget_s, as_json, console, planner.work_limits(no_limits, max_requests)
+    )
 
 
 @cli.command("bench-sim")
 @click.option("--hours", type=click.FloatRange(0.01, 10_000), default=1.0, show_default=True)
-@click.option("--rate", type=click.FloatRange(0.1, 1e6), default=20.0, show_default=True,
-              help="Requests per second.")
+@click.option("--rate", type=click.FloatRange(0.1, 1e6), default=20.0, show_default=True, help="Requests per second.")
 @set_option
 @limit_options
-def bench_sim(hours: float, rate: float, sets: tuple[str, ...], no_limits: bool, max_requests: int | None,
-              allow_profile_mismatch: bool) -> None:
+def bench_sim(
+    hours: float,
+    rate: float,
+    sets: tuple[str, ...],
+    no_limits: bool,
+    max_requests: int | None,
+    allow_profile_mismatch: bool,
+) -> None:
     """Simulator speed: open-loop traffic on 8 prefill + 16 decode instances; requests per wall-second."""
     from simulator.modeled.bench import bench, scenario
 
@@ -367,6 +465,8 @@ def main() -> None:
         click.echo(f"error: {one_line(e.format_message())}", err=True)
         sys.exit(2)
     except (MemoryError, RecursionError) as e:  # last resort: the checks above should have refused the input first
-        click.echo(f"error: the input needs more than this process has ({type(e).__name__}); see the limits in "
-                   "the README", err=True)
+        click.echo(
+            f"error: the input needs more than this process has ({type(e).__name__}); see the limits in the README",
+            err=True,
+        )
         sys.exit(2)

@@ -20,13 +20,22 @@ if TYPE_CHECKING:
 Dump = Callable[..., str]
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
-jobs_option = click.option("--jobs", type=click.IntRange(1, 256), default=None,
-                           help="Worker processes (default: one per CPU, at most 4).")
+jobs_option = click.option(
+    "--jobs", type=click.IntRange(1, 256), default=None, help="Worker processes (default: one per CPU, at most 4)."
+)
 backend_option = click.option(
-    "--backend", "backend_kind", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-    help="local: worker processes here; ray: a Ray cluster (RAY_ADDRESS, else a local Ray).")
-slo_option = click.option("--slo", metavar="ttft_p95_ms=…,tpot_p95_ms=…[,attainment=…]",
-                          help="Limits a run must meet (default: the scenario's slo, as p95 limits).")
+    "--backend",
+    "backend_kind",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: worker processes here; ray: a Ray cluster (RAY_ADDRESS, else a local Ray).",
+)
+slo_option = click.option(
+    "--slo",
+    metavar="ttft_p95_ms=…,tpot_p95_ms=…[,attainment=…]",
+    help="Limits a run must meet (default: the scenario's slo, as p95 limits).",
+)
 
 
 def backend(kind: str, jobs: int | None) -> Backend:
@@ -44,8 +53,18 @@ def pareto_files(name: str, results: list[dict[str, Any]], stem: Path) -> dict[P
     return files(pts, name, stem) if pts else {}
 
 
-def run_repeats(sc: Scenario, scenario: Path, n: int, slo: str | None, jobs: int | None, backend_kind: str,
-                as_json: bool, out: Path | None, console: Console, dump: Dump) -> None:
+def run_repeats(
+    sc: Scenario,
+    scenario: Path,
+    n: int,
+    slo: str | None,
+    jobs: int | None,
+    backend_kind: str,
+    as_json: bool,
+    out: Path | None,
+    console: Console,
+    dump: Dump,
+) -> None:
     """`run --repeats N`: the metrics over N seeds with their intervals."""
     from simulator.atomic import write_atomic
     from simulator.planning.repeats import repeat
@@ -70,8 +89,15 @@ def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
     return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
 
 
-def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, set_option: Decorator,
-             work_options: Decorator, console: Console, dump: Dump) -> None:
+def register(
+    cli: click.Group,
+    scenario_arg: Decorator,
+    json_option: Decorator,
+    set_option: Decorator,
+    work_options: Decorator,
+    console: Console,
+    dump: Dump,
+) -> None:
     """Add the planner's verbs to the `phaseplan` group (the CLI's shared options and printers passed in)."""
 
     @cli.command("max-rate")
@@ -83,8 +109,17 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
     @backend_option
     @set_option
     @work_options
-    def max_rate_cmd(scenario: Path, slo: str | None, as_json: bool, start: float | None, jobs: int | None,
-                     backend_kind: str, sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
+    def max_rate_cmd(
+        scenario: Path,
+        slo: str | None,
+        as_json: bool,
+        start: float | None,
+        jobs: int | None,
+        backend_kind: str,
+        sets: tuple[str, ...],
+        no_limits: bool,
+        max_requests: int | None,
+    ) -> None:
         """The highest rate the configuration sustains within the SLO, and its cost per million tokens there."""
         from simulator.config import loader
         from simulator.planning.maxrate import max_rate
@@ -94,8 +129,17 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
-            res = max_rate(raw, sc, str(scenario), scenario.parent, limits, b, start=start, on_trial=note,
-                           limits=work_limits(no_limits, max_requests))
+            res = max_rate(
+                raw,
+                sc,
+                str(scenario),
+                scenario.parent,
+                limits,
+                b,
+                start=start,
+                on_trial=note,
+                limits=work_limits(no_limits, max_requests),
+            )
         if as_json:
             click.echo(dump(res))
         else:
@@ -103,23 +147,48 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
 
     @cli.command()
     @scenario_arg
-    @click.option("--rate", type=click.FloatRange(min=1e-6, min_open=False), required=True,
-                  help="Arrival rate to plan for (traffic.rate's unit: conversations/s with multi-turn sessions).")
+    @click.option(
+        "--rate",
+        type=click.FloatRange(min=1e-6, min_open=False),
+        required=True,
+        help="Arrival rate to plan for (traffic.rate's unit: conversations/s with multi-turn sessions).",
+    )
     @slo_option
     @click.option("--objective", type=click.Choice(["gpus", "cost"]), default="gpus", show_default=True)
-    @click.option("--search", "search", multiple=True, metavar="PATH=V1,V2,…|LO..HI",
-                  help="A dimension of the search (repeatable); default: instances and KV format of each pool.")
+    @click.option(
+        "--search",
+        "search",
+        multiple=True,
+        metavar="PATH=V1,V2,…|LO..HI",
+        help="A dimension of the search (repeatable); default: instances and KV format of each pool.",
+    )
     @click.option("--runners-up", type=click.IntRange(0, 50), default=3, show_default=True)
-    @click.option("--pareto", "pareto_out", type=click.Path(file_okay=False, path_type=Path),
-                  help="Also write the Pareto frontier (CSV, PNG) of the complete runs into this folder.")
+    @click.option(
+        "--pareto",
+        "pareto_out",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Also write the Pareto frontier (CSV, PNG) of the complete runs into this folder.",
+    )
     @json_option
     @jobs_option
     @backend_option
     @set_option
     @work_options
-    def plan(scenario: Path, rate: float, slo: str | None, objective: str, search: tuple[str, ...], runners_up: int,
-             pareto_out: Path | None, as_json: bool, jobs: int | None, backend_kind: str,
-             sets: tuple[str, ...], no_limits: bool, max_requests: int | None) -> None:
+    def plan(
+        scenario: Path,
+        rate: float,
+        slo: str | None,
+        objective: str,
+        search: tuple[str, ...],
+        runners_up: int,
+        pareto_out: Path | None,
+        as_json: bool,
+        jobs: int | None,
+        backend_kind: str,
+        sets: tuple[str, ...],
+        no_limits: bool,
+        max_requests: int | None,
+    ) -> None:
         """The fewest GPUs (or lowest cost) that meet the SLO at --rate: winner, runners-up, rejected and why."""
         from simulator.config import loader
         from simulator.planning import space as spaces
@@ -139,10 +208,21 @@ def register(cli: click.Group, scenario_arg: Decorator, json_option: Decorator, 
         total = len(spaces.candidates(dims))
         with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
             counter = Counter(tick)
-            res = run_plan(raw, sc, str(scenario), scenario.parent, rate=rate, slo=limits, space=dims,
-                           objective=objective, runners_up=runners_up, backend=b,
-                           on_level=lambda *_: counter.start_batch(), on_done=counter,
-                           limits=work_limits(no_limits, max_requests))
+            res = run_plan(
+                raw,
+                sc,
+                str(scenario),
+                scenario.parent,
+                rate=rate,
+                slo=limits,
+                space=dims,
+                objective=objective,
+                runners_up=runners_up,
+                backend=b,
+                on_level=lambda *_: counter.start_batch(),
+                on_done=counter,
+                limits=work_limits(no_limits, max_requests),
+            )
         if pareto_out is not None and res["evaluated"]:
             from simulator.planning.pareto import write
 

@@ -35,8 +35,14 @@ def bar(label: str, total: int) -> Iterator[Callable[[int], None] | None]:
     if total < 2 or not sys.stderr.isatty():
         yield None
         return
-    prog = Progress(f"[progress.description]{label}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=True)
+    prog = Progress(
+        f"[progress.description]{label}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task = prog.add_task(label, total=total)
     with prog:
         yield lambda done: prog.update(task, completed=done)

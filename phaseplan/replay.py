@@ -20,8 +20,17 @@ def _dump(doc: Any) -> str:
     return json.dumps(doc, indent=2, allow_nan=False)
 
 
-def replay_command(scenario: Path, sets: tuple[str, ...], device: str, clock: str, budget_s: float,
-                   out: Path | None, as_json: bool, console: Console, limits: budget.Limits | None = None) -> None:
+def replay_command(
+    scenario: Path,
+    sets: tuple[str, ...],
+    device: str,
+    clock: str,
+    budget_s: float,
+    out: Path | None,
+    as_json: bool,
+    console: Console,
+    limits: budget.Limits | None = None,
+) -> None:
     from kernels.executor.replay import replay
 
     sc, _ = loader.load(scenario, sets)
@@ -37,14 +46,24 @@ def replay_command(scenario: Path, sets: tuple[str, ...], device: str, clock: st
     report.print_run(console, result)
     r = result["provenance"]["replay"]
     s, sec = r["steps"], r["seconds"]
-    console.print(f"replay on {r['device']} ({r['executed_with']}), clock {r['clock']}: {s['executed']} of "
-                  f"{s['total']} steps executed, {s['reused']} reused from {r['buckets']['count']} buckets, "
-                  f"{s['priced']} priced; {sec['measured']:.3f} s measured, {sec['collectives_priced']:.3f} s of "
-                  f"collectives priced; KV transfers priced by the link model")
+    console.print(
+        f"replay on {r['device']} ({r['executed_with']}), clock {r['clock']}: {s['executed']} of "
+        f"{s['total']} steps executed, {s['reused']} reused from {r['buckets']['count']} buckets, "
+        f"{s['priced']} priced; {sec['measured']:.3f} s measured, {sec['collectives_priced']:.3f} s of "
+        f"collectives priced; KV transfers priced by the link model"
+    )
 
 
-def compare_command(scenario: Path, sets: tuple[str, ...], device: str, profile: str | None, budget_s: float,
-                    as_json: bool, console: Console, limits: budget.Limits | None = None) -> None:
+def compare_command(
+    scenario: Path,
+    sets: tuple[str, ...],
+    device: str,
+    profile: str | None,
+    budget_s: float,
+    as_json: bool,
+    console: Console,
+    limits: budget.Limits | None = None,
+) -> None:
     from kernels.executor.compare import compare
 
     sc, _ = loader.load(scenario, sets)
@@ -54,13 +73,23 @@ def compare_command(scenario: Path, sets: tuple[str, ...], device: str, profile:
         print(_dump(doc))
         return
     prov = doc["profile"]
-    t = Table("metric", "sim", "replay", "rel_error",
-              title=f"sim (profile {prov['file'] or prov['profile_source']}) vs replay on {doc['replay']['device']}")
+    t = Table(
+        "metric",
+        "sim",
+        "replay",
+        "rel_error",
+        title=f"sim (profile {prov['file'] or prov['profile_source']}) vs replay on {doc['replay']['device']}",
+    )
     for name, m in doc["metrics"].items():
         t.add_row(name, _num(m["sim"]), _num(m["replay"]), _pct(m["rel_error"]))
     console.print(t)
-    f = Table("op family", "priced ms", "measured ms", "rel_error",
-              title=f"per op family, mean of {doc['sampled_steps']} sampled steps (one per bucket)")
+    f = Table(
+        "op family",
+        "priced ms",
+        "measured ms",
+        "rel_error",
+        title=f"per op family, mean of {doc['sampled_steps']} sampled steps (one per bucket)",
+    )
     for name, m in doc["families"].items():
         f.add_row(name, _num(m["priced_ms"]), _num(m["measured_ms"]), _pct(m["rel_error"]))
     console.print(f)

@@ -146,17 +146,23 @@ def check(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = No
     est = estimate(sc, base_dir)
     hint = "; pass --no-limits (or a higher --max-requests) to run it anyway"
     if est.requests > lim.max_requests:
-        raise InputError(f"{where}{est.source}: about {_n(est.requests)} requests, over the limit of "
-                         f"{_n(lim.max_requests)} per run{hint}")
+        raise InputError(
+            f"{where}{est.source}: about {_n(est.requests)} requests, over the limit of "
+            f"{_n(lim.max_requests)} per run{hint}"
+        )
     if est.output_tokens > lim.max_output_tokens:
-        raise InputError(f"{where}traffic.output_tokens: about {_n(est.output_tokens)} output tokens (each at least "
-                         f"a model step), over the limit of {_n(lim.max_output_tokens)} per run{hint}")
+        raise InputError(
+            f"{where}traffic.output_tokens: about {_n(est.output_tokens)} output tokens (each at least "
+            f"a model step), over the limit of {_n(lim.max_output_tokens)} per run{hint}"
+        )
     if est.memory_bytes > lim.max_memory_gib * GIB:
         worst = max(sc.deployment.pools().items(), key=lambda kv: kv[1].instances)
-        raise InputError(f"{where}deployment.{worst[0]}.instances: the run would hold about "
-                         f"{est.memory_bytes / GIB:,.1f} GiB ({_n(est.requests)} requests, "
-                         f"{sum(p.instances for p in sc.deployment.pools().values()):,} instances with their KV "
-                         f"pages), over the limit of {lim.max_memory_gib:g} GiB{hint}")
+        raise InputError(
+            f"{where}deployment.{worst[0]}.instances: the run would hold about "
+            f"{est.memory_bytes / GIB:,.1f} GiB ({_n(est.requests)} requests, "
+            f"{sum(p.instances for p in sc.deployment.pools().values()):,} instances with their KV "
+            f"pages), over the limit of {lim.max_memory_gib:g} GiB{hint}"
+        )
     return est
 
 
@@ -166,8 +172,10 @@ def check_points(sc: Scenario, limits: Limits | None = None) -> int:
     n = math.prod(len(v) for v in sc.sweep.values()) if sc.sweep else 1
     if n > lim.max_points:
         sizes = " × ".join(str(len(v)) for v in sc.sweep.values())
-        raise InputError(f"sweep: {sizes} = {_n(n)} points, over the limit of {_n(lim.max_points)}; pass "
-                         "--no-limits to run it anyway")
+        raise InputError(
+            f"sweep: {sizes} = {_n(n)} points, over the limit of {_n(lim.max_points)}; pass "
+            "--no-limits to run it anyway"
+        )
     return n
 
 
@@ -176,9 +184,11 @@ def check_sweep_total(estimates: list[Estimate], limits: Limits | None = None, w
     lim = limits or Limits()
     total = sum(e.requests for e in estimates)
     if total > lim.max_sweep_requests:
-        raise InputError(f"{what}: about {_n(total)} requests over {len(estimates):,} runs, over the limit of "
-                         f"{_n(lim.max_sweep_requests)}; pass --no-limits (or a higher --max-requests) to run it "
-                         "anyway")
+        raise InputError(
+            f"{what}: about {_n(total)} requests over {len(estimates):,} runs, over the limit of "
+            f"{_n(lim.max_sweep_requests)}; pass --no-limits (or a higher --max-requests) to run it "
+            "anyway"
+        )
 
 
 def _n(x: float) -> str:
@@ -197,6 +207,8 @@ def why_nothing_arrived(sc: Scenario) -> str:
         return "traffic.diurnal.multipliers are all zero"
     if t.rate is not None and t.duration_s is not None:
         mult = sum(t.diurnal.multipliers) / len(t.diurnal.multipliers) if t.arrival == "diurnal" else 1.0
-        return (f"traffic.rate {t.rate:g}/s over traffic.duration_s {t.duration_s:g} s expects "
-                f"{t.rate * mult * t.duration_s:.3g} arrivals, and none fell inside the duration")
+        return (
+            f"traffic.rate {t.rate:g}/s over traffic.duration_s {t.duration_s:g} s expects "
+            f"{t.rate * mult * t.duration_s:.3g} arrivals, and none fell inside the duration"
+        )
     return "the traffic produced no request"

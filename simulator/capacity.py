@@ -103,8 +103,11 @@ def _attention_parts(model: ModelSpec, n: int, mtp: bool) -> list[Part]:
     if isinstance(a, MLA):
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         if a.q_lora_rank:
-            q = [(h * a.q_lora_rank, True, "tp"), (a.q_lora_rank, False, "replicated"),  # q_a, q_a_layernorm
-                 (a.q_lora_rank * a.heads * qk, True, "tp")]  # q_b
+            q = [
+                (h * a.q_lora_rank, True, "tp"),
+                (a.q_lora_rank, False, "replicated"),  # q_a, q_a_layernorm
+                (a.q_lora_rank * a.heads * qk, True, "tp"),
+            ]  # q_b
         else:
             q = [(h * a.heads * qk, True, "tp")]
         shapes: list[tuple[int, bool, Placement]] = [
@@ -127,11 +130,16 @@ def _indexer_parts(model: ModelSpec, n: int, mtp: bool) -> list[Part]:
     ix = model.indexer
     if ix is None or n == 0:
         return []
-    q_in = model.attention.q_lora_rank if isinstance(model.attention, MLA) and model.attention.q_lora_rank \
+    q_in = (
+        model.attention.q_lora_rank
+        if isinstance(model.attention, MLA) and model.attention.q_lora_rank
         else model.hidden
+    )
     mats = q_in * ix.heads * ix.head_dim + model.hidden * ix.head_dim + model.hidden * ix.heads
-    return [_part("indexer", n * mats, True, "replicated", mtp),
-            _part("indexer", n * 2 * ix.head_dim, False, "replicated", mtp)]
+    return [
+        _part("indexer", n * mats, True, "replicated", mtp),
+        _part("indexer", n * 2 * ix.head_dim, False, "replicated", mtp),
+    ]
 
 
 def _ffn_parts(model: ModelSpec, n: int, moe: bool, mtp: bool) -> list[Part]:
@@ -141,10 +149,12 @@ def _ffn_parts(model: ModelSpec, n: int, moe: bool, mtp: bool) -> list[Part]:
         return [_part("dense_ffn", n * 3 * h * model.dense_intermediate, True, "tp", mtp)]
     m = model.moe
     expert = 3 * h * m.intermediate
-    return [_part("routed_experts", n * m.routed_experts * expert, True, "experts", mtp),
-            _part("shared_experts", n * m.shared_experts * expert, True, "tp", mtp),
-            _part("router", n * m.routed_experts * h, True, "replicated", mtp),
-            _part("router", n * m.routed_experts, False, "replicated", mtp)]  # score-correction bias
+    return [
+        _part("routed_experts", n * m.routed_experts * expert, True, "experts", mtp),
+        _part("shared_experts", n * m.shared_experts * expert, True, "tp", mtp),
+        _part("router", n * m.routed_experts * h, True, "replicated", mtp),
+        _part("router", n * m.routed_experts, False, "replicated", mtp),
+    ]  # score-correction bias
 
 
 def parts(model: ModelSpec) -> list[Part]:
@@ -165,8 +175,7 @@ def parts(model: ModelSpec) -> list[Part]:
     if n:
         # One full decoder layer each (its own indexer, MoE if the model has one), plus eh_proj [2h → h],
         # enorm, hnorm, the two layer norms and the shared head's norm; embedding and head are shared.
-        out += [_part("mtp", n * 2 * h * h, True, "tp", True),
-                _part("norms", n * 5 * h, False, "replicated", True)]
+        out += [_part("mtp", n * 2 * h * h, True, "tp", True), _part("norms", n * 5 * h, False, "replicated", True)]
         out += _attention_parts(model, n, True) + _indexer_parts(model, n, True)
         out += _ffn_parts(model, n, model.moe is not None, True)
     return [p for p in out if p.params]
@@ -223,8 +232,9 @@ def bytes_per_weight(fmt: WeightFormat, group_size: int | None = None) -> float:
     return formats.bytes_per_weight(fmt, group_size)
 
 
-def _part_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None,
-                scheme: str | None = None) -> list[tuple[Part, float]]:
+def _part_bytes(
+    model: ModelSpec, fmt: WeightFormat, group_size: int | None, scheme: str | None = None
+) -> list[tuple[Part, float]]:
     """Each part with its total bytes: covered matrices in the format, everything else BF16."""
     rule = format_rule(model, fmt, scheme)
     group = group_size or rule.group_size
@@ -263,8 +273,10 @@ def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
 
 def weights_bytes_per_gpu(model: ModelSpec, pool: Pool) -> float:
     """Bytes of weights each GPU of one instance holds in the pool's weight format."""
-    return sum(b * _share(p, model, pool)
-               for p, b in _part_bytes(model, pool.weights, pool.int4_group_size, pool.weights_scheme))
+    return sum(
+        b * _share(p, model, pool)
+        for p, b in _part_bytes(model, pool.weights, pool.int4_group_size, pool.weights_scheme)
+    )
 
 
 def kv_bytes_per_token(model: ModelSpec, pool: Pool) -> int:
@@ -307,14 +319,29 @@ def pool_capacity(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> PoolCapacit
     reason = f"does not fit: {problem}" if problem else ""
     per_rank = None
     if pool.dp > 1 or pool.nodes > 1 or pool.redundant_experts:  # each DP rank holds its own sequences' KV
-        per_rank = {"dp": pool.dp, "attention_tp": pool.tp // pool.dp, "ep": pool.ep, "nodes": pool.nodes,
-                    "experts_per_rank": experts_per_rank(model, pool), "redundant_experts": pool.redundant_experts,
-                    "weights_gib": weights_gib, "kv_tokens": tokens, "pages": pages}
+        per_rank = {
+            "dp": pool.dp,
+            "attention_tp": pool.tp // pool.dp,
+            "ep": pool.ep,
+            "nodes": pool.nodes,
+            "experts_per_rank": experts_per_rank(model, pool),
+            "redundant_experts": pool.redundant_experts,
+            "weights_gib": weights_gib,
+            "kv_tokens": tokens,
+            "pages": pages,
+        }
         tokens, pages = tokens * pool.dp, pages * pool.dp
     return PoolCapacity(
-        weights_gib_per_gpu=weights_gib, kv_bytes_per_token=per_token, kv_budget_gib_per_gpu=budget_gib,
-        kv_tokens=tokens, pages=pages, fits=not reason, reason=reason,
-        instances=pool.instances, gpus=pool.gpus, per_rank=per_rank,
+        weights_gib_per_gpu=weights_gib,
+        kv_bytes_per_token=per_token,
+        kv_budget_gib_per_gpu=budget_gib,
+        kv_tokens=tokens,
+        pages=pages,
+        fits=not reason,
+        reason=reason,
+        instances=pool.instances,
+        gpus=pool.gpus,
+        per_rank=per_rank,
         weights_scheme=scheme_label(model, pool.weights, pool.weights_scheme),
     )
 
@@ -326,8 +353,13 @@ def experts_per_rank(model: ModelSpec, pool: Pool) -> int:
 
 def draft_pool(pool: Pool) -> Pool:
     """A draft model runs beside the target on each DP rank, split over its attention TP group."""
-    return Pool(tp=pool.tp // pool.dp, weights=pool.weights, kv_cache=pool.kv_cache, kv_layout=pool.kv_layout,
-                page_size=pool.page_size)
+    return Pool(
+        tp=pool.tp // pool.dp,
+        weights=pool.weights,
+        kv_cache=pool.kv_cache,
+        kv_layout=pool.kv_layout,
+        page_size=pool.page_size,
+    )
 
 
 def draft_weights_bytes_per_gpu(pool: Pool) -> float:
@@ -367,8 +399,10 @@ def _checkpoint_formats(pools: Any) -> list[WeightFormat]:
 def render_capacity(report: dict[str, Any]) -> Table:
     """The human view of a capacity report: one row per pool; a pool that does not fit says why below."""
     p, ck = report["params"], report["checkpoint_gib"]
-    notes = [f"params {p['total'] / 1e9:.1f}B total, {p['active'] / 1e9:.1f}B active; checkpoint "
-             + ", ".join(f"{k} {v:.0f} GiB" for k, v in ck.items())]
+    notes = [
+        f"params {p['total'] / 1e9:.1f}B total, {p['active'] / 1e9:.1f}B active; checkpoint "
+        + ", ".join(f"{k} {v:.0f} GiB" for k, v in ck.items())
+    ]
     table = Table(title="KV capacity per instance (weights, KV per GPU)", caption_justify="left")
     table.add_column("pool")
     for col in ("inst×TP", "weights GiB", "KV B/token", "KV GiB", "KV tokens", "pages"):
@@ -376,16 +410,25 @@ def render_capacity(report: dict[str, Any]) -> Table:
     for name, c in report["pools"].items():
         tokens = f"{c['kv_tokens']:,}" if c["fits"] else "[red]0[/red]"
         shape = f"{c['instances']}×{c['gpus'] // c['instances']}"
-        table.add_row(name, shape, f"{c['weights_gib_per_gpu']:.2f}", f"{c['kv_bytes_per_token']:,}",
-                      f"{c['kv_budget_gib_per_gpu']:.2f}", tokens, f"{c['pages']:,}")
+        table.add_row(
+            name,
+            shape,
+            f"{c['weights_gib_per_gpu']:.2f}",
+            f"{c['kv_bytes_per_token']:,}",
+            f"{c['kv_budget_gib_per_gpu']:.2f}",
+            tokens,
+            f"{c['pages']:,}",
+        )
         notes.append(f"{name} weights: {c['weights_scheme']}")
         if not c["fits"]:
             notes.append(f"[red]{name}: {c['reason']}[/red]")
         elif c.get("per_rank"):
             r = c["per_rank"]
-            notes.append(f"{name}: {r['dp']} DP attention rank(s) of {r['attention_tp']} GPU(s) over {r['nodes']} "
-                         f"node(s), EP {r['ep']}: {r['experts_per_rank']} expert slots per EP rank "
-                         f"({r['redundant_experts']} redundant experts in the instance), {r['weights_gib']:.2f} GiB "
-                         f"of weights per GPU, {r['kv_tokens']:,} KV tokens per DP rank")
+            notes.append(
+                f"{name}: {r['dp']} DP attention rank(s) of {r['attention_tp']} GPU(s) over {r['nodes']} "
+                f"node(s), EP {r['ep']}: {r['experts_per_rank']} expert slots per EP rank "
+                f"({r['redundant_experts']} redundant experts in the instance), {r['weights_gib']:.2f} GiB "
+                f"of weights per GPU, {r['kv_tokens']:,} KV tokens per DP rank"
+            )
     table.caption = "\n".join(notes)
     return table

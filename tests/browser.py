@@ -89,13 +89,16 @@ def choose(page: Any, key: str, option: str) -> None:
 def metric(page: Any, label: str, value: str, timeout_ms: float = 120_000) -> None:
     """Wait until the metric `label` shows `value`."""
     page.locator("[data-testid=stMetric]").filter(has_text=label).filter(has_text=value).first.wait_for(
-        timeout=timeout_ms)
+        timeout=timeout_ms
+    )
 
 
 def snapshot(page: Any, path: Path, width: int = 1400) -> None:
     """A screenshot of the whole page: Streamlit scrolls inside its main block, so the viewport grows to fit it."""
-    height = page.evaluate("() => Math.max(...['stMain', 'stSidebarContent'].map(id => "
-                           "document.querySelector(`[data-testid=${id}]`)?.scrollHeight || 0))")
+    height = page.evaluate(
+        "() => Math.max(...['stMain', 'stSidebarContent'].map(id => "
+        "document.querySelector(`[data-testid=${id}]`)?.scrollHeight || 0))"
+    )
     page.set_viewport_size({"width": width, "height": min(max(int(height), 800), 5000)})
     page.wait_for_timeout(1200)  # charts redraw at the new size
     page.screenshot(path=path)

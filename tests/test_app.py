@@ -47,8 +47,12 @@ def test_every_study_starts_from_its_own_values() -> None:
 def test_moved_knobs_are_exactly_the_cli_overrides() -> None:
     s = study("fleet-disaggregated")
     base = knobs.study_values(s.scenario, s.raw)
-    chosen = {**base, "deployment.decode.kv_cache": "bf16", "traffic.rate": 0.5,
-              "traffic.prompt_tokens": {"dist": "lognormal", "median": 2500.0, "sigma": 0.8, "max": 32768}}
+    chosen = {
+        **base,
+        "deployment.decode.kv_cache": "bf16",
+        "traffic.rate": 0.5,
+        "traffic.prompt_tokens": {"dist": "lognormal", "median": 2500.0, "sigma": 0.8, "max": 32768},
+    }
     over = knobs.overrides(base, chosen)
     assert over == {"deployment.decode.kv_cache": "bf16", "traffic.rate": 0.5}
     sc = runs.scenario_for(s, over)
@@ -133,8 +137,10 @@ def test_deltas_and_curve_points() -> None:
         (b"- a list\n", r"^upload bad\.yaml: a scenario must be a YAML mapping"),
         (b"\xff\xfe", r"^upload bad\.yaml: not UTF-8 text"),
         (b"#" * (scenario_io.MAX_UPLOAD_BYTES + 1), r"^upload bad\.yaml: 256 KiB is over the 256 KiB"),
-        (b"name: x\nmodel: kimi-k2.6\ntraffic: {trace: /etc/hosts}\n",
-         r"^upload bad\.yaml: traffic\.trace: an uploaded scenario may only name files inside the project"),
+        (
+            b"name: x\nmodel: kimi-k2.6\ntraffic: {trace: /etc/hosts}\n",
+            r"^upload bad\.yaml: traffic\.trace: an uploaded scenario may only name files inside the project",
+        ),
         (b"name: x\nmodel: !!python/object/apply:os.system [echo hi]\n", r"^upload bad\.yaml: .*line 2"),
         (b"a: &a [1, 1]\nb: &b [*a, *a]\nc: [*b, *b]\n", r"^upload bad\.yaml: line 1: YAML anchors and aliases"),
         (b"x: " + b"[" * 40 + b"]" * 40 + b"\n", r"^upload bad\.yaml: line 1: nested deeper than 32 levels"),
@@ -156,8 +162,9 @@ def test_downloads_reproduce_the_run() -> None:
     s = study("glm-5.2-prefill")
     over = {"deployment.prefill.weights": "int4"}
     text = scenario_io.scenario_yaml(s, over)
-    assert text.startswith("# from scenarios/glm-5.2-prefill.yaml, edited in the phaseplan app; changed: "
-                           "deployment.prefill.weights=int4\n")
+    assert text.startswith(
+        "# from scenarios/glm-5.2-prefill.yaml, edited in the phaseplan app; changed: deployment.prefill.weights=int4\n"
+    )
     again = loader.validate(yaml.safe_load(text), "download")
     assert again == runs.scenario_for(s, over).model_copy(update={"sweep": again.sweep})
     r = runs.run(s, over)
@@ -172,7 +179,7 @@ def test_the_app_verb_serves_headless_without_usage_statistics() -> None:
 
     cmd = command(8600)
     assert cmd[cmd.index("run") + 1] == str(PAGE) and PAGE.is_file()
-    flags = dict(zip(cmd[cmd.index("run") + 2::2], cmd[cmd.index("run") + 3::2], strict=True))
+    flags = dict(zip(cmd[cmd.index("run") + 2 :: 2], cmd[cmd.index("run") + 3 :: 2], strict=True))
     assert flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
     assert flags["--server.address"] == "localhost" and flags["--server.port"] == "8600"
 
@@ -183,8 +190,11 @@ def test_the_command_the_page_prints_loads_the_same_scenario() -> None:
     from app.views.fmt import cli_line
 
     s = study("fleet-disaggregated")
-    over = {"traffic.prompt_tokens": {"dist": "uniform", "low": 100, "high": 900}, "deployment.decode.tp": 4,
-            "integrity.enabled": False}
+    over = {
+        "traffic.prompt_tokens": {"dist": "uniform", "low": 100, "high": 900},
+        "deployment.decode.tp": 4,
+        "integrity.enabled": False,
+    }
     sets = runs.capped_sets(s, over)
     argv = shlex.split(cli_line("run", s.label, sets, "--json"))
     assert argv[:3] == ["phaseplan", "run", "scenarios/fleet-disaggregated.yaml"]

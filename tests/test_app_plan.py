@@ -21,8 +21,13 @@ STUDY = "glm-5.2-weight-formats"  # 32 requests a trial: a search answers in sec
 def cli(line: str) -> dict:
     argv = shlex.split(line)
     assert argv[0] == "phaseplan"
-    proc = subprocess.run([str(Path(sys.executable).parent / "phaseplan"), *argv[1:], "--json"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "phaseplan"), *argv[1:], "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode in (0, 1), proc.stderr  # plan exits 1 when nothing meets the SLO
     return json.loads(proc.stdout)
 

@@ -54,9 +54,20 @@ def cli(name: str, *sets: str) -> dict:
 def test_default_run_of_a_capped_study_is_phaseplan_run_under_the_same_cap() -> None:
     at = page("mooncake-conversation", "What-if")
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "phaseplan"), "run", "scenarios/mooncake-conversation.yaml", "--json",
-         "--set", f"traffic.requests={runs.MAX_REQUESTS}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
+        [
+            str(Path(sys.executable).parent / "phaseplan"),
+            "run",
+            "scenarios/mooncake-conversation.yaml",
+            "--json",
+            "--set",
+            f"traffic.requests={runs.MAX_REQUESTS}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     latest = at.session_state["latest"]
     assert scenario_io.result_json(latest.result) == proc.stdout  # the JSON download, byte for byte
     m = json.loads(proc.stdout)["metrics"]
@@ -93,8 +104,9 @@ def test_capacity_view_shows_the_memory_accounting() -> None:
     assert shown["KV tokens per instance"] == num(rep["pools"]["decode"]["kv_tokens"]) == "1,353,134"
     assert shown["weights per GPU"] == num(rep["pools"]["decode"]["weights_gib_per_gpu"], "GiB")
     table = at.table[0].value
-    tokens = {(w, kv): t for w, kv, t in zip(table["weights"], table["KV cache"], table["KV tokens/instance"],
-                                             strict=True)}
+    tokens = {
+        (w, kv): t for w, kv, t in zip(table["weights"], table["KV cache"], table["KV tokens/instance"], strict=True)
+    }
     assert tokens["int4", "bf16"] == "676,567" and tokens["int4", "fp8_e4m3"] == "1,353,134"
     at.selectbox(key=key("kimi-k2.6-decode", "hardware")).set_value("h100").run()
     at.selectbox(key=key("kimi-k2.6-decode", "deployment.decode.weights")).set_value("bf16").run()
@@ -124,8 +136,9 @@ def test_curves_run_every_point_in_the_background() -> None:
     name = "integrity-overhead"
     at = page(name, "Compare & curves")
     at.selectbox(key="curve:vary").set_value("integrity.enabled").run()
-    at.text_input(key=f"curve:xs:{scenario_io.from_path(scenario_io.SCENARIOS / f'{name}.yaml').key}") \
-        .set_value("1, 2").run()
+    at.text_input(key=f"curve:xs:{scenario_io.from_path(scenario_io.SCENARIOS / f'{name}.yaml').key}").set_value(
+        "1, 2"
+    ).run()
     assert any("4 of 4 points not run yet" in i.value for i in at.info)
     at.button(key="curves").click().run()
     job = at.session_state["curve-job"]

@@ -12,8 +12,9 @@ from simulator.serving.batch import NEVER, DecodeBatch, growth
 
 
 def _seq(order: int, row: int, computed: int, remaining: int, fault_in: int) -> SimpleNamespace:
-    return SimpleNamespace(order=order, table=SimpleNamespace(row=row), _computed=computed, _remaining=remaining,
-                           _fault_in=fault_in)
+    return SimpleNamespace(
+        order=order, table=SimpleNamespace(row=row), _computed=computed, _remaining=remaining, _fault_in=fault_in
+    )
 
 
 members = st.lists(
@@ -24,8 +25,9 @@ members = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(members=members, ps=st.sampled_from([1, 4, 16, 64]), at=st.integers(0, 10_000), data=st.data())
-def test_batch_answers_what_each_sequence_says(members: list[tuple[int, int, int]], ps: int, at: int,
-                                               data: st.DataObject) -> None:
+def test_batch_answers_what_each_sequence_says(
+    members: list[tuple[int, int, int]], ps: int, at: int, data: st.DataObject
+) -> None:
     orders = data.draw(st.permutations(range(len(members))))
     seqs = [_seq(o * 3 + 1, i, *m) for i, (o, m) in enumerate(zip(orders, members, strict=True))]
     batch = DecodeBatch(ps, capacity=4)  # grows while joining

@@ -26,8 +26,9 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(prefix=st.integers(0, 2), extra=st.integers(0, 3), length=st.integers(1, 5))
     def admit(self, prefix: int, extra: int, length: int) -> None:
         # Prompts built from a few shared block families, so identical prefixes really occur.
-        blocks = tuple(prefix * 1000 + i for i in range(length)) + tuple(9_000 + self.next_id * 10 + j
-                                                                         for j in range(extra))
+        blocks = tuple(prefix * 1000 + i for i in range(length)) + tuple(
+            9_000 + self.next_id * 10 + j for j in range(extra)
+        )
         keys = page_keys(blocks, PAGE, PAGE, len(blocks) * PAGE)
         table = BlockTable()
         before = (self.cache.available, self.cache.free_pages(), self.cache.cached_pages())

@@ -21,18 +21,26 @@ H100 = HardwareSpec(**presets.hardware("h100"))
 
 def synthetic(hw: HardwareSpec) -> dict:
     """A measured-looking GEMM and all-reduce table priced by the roofline of `hw` (known factors)."""
-    gemm = [[m, n, k, 1, w, 0, float(roofline.op_us("gemm", dict(m=m, n=n, k=k, batch=1, weights=w, group=0), hw))]
-            for w in ("bf16", "fp8") for n in (1024, 7168) for k in (2048, 16384) for m in (1, 16, 256, 4096, 16384)]
+    gemm = [
+        [m, n, k, 1, w, 0, float(roofline.op_us("gemm", dict(m=m, n=n, k=k, batch=1, weights=w, group=0), hw))]
+        for w in ("bf16", "fp8")
+        for n in (1024, 7168)
+        for k in (2048, 16384)
+        for m in (1, 16, 256, 4096, 16384)
+    ]
     ar = [[b, 8, float(roofline.op_us("allreduce", {"bytes": b, "ranks": 8}, hw))] for b in 2 ** np.arange(10, 30, 2)]
-    return {"source": "measured", "kernels": {
-        "gemm": {"columns": ["m", "n", "k", "batch", "weights", "group", "median_us"], "rows": gemm},
-        "allreduce": {"columns": ["bytes", "ranks", "median_us"], "rows": ar}}}
+    return {
+        "source": "measured",
+        "kernels": {
+            "gemm": {"columns": ["m", "n", "k", "batch", "weights", "group", "median_us"], "rows": gemm},
+            "allreduce": {"columns": ["bytes", "ranks", "median_us"], "rows": ar},
+        },
+    }
 
 
 def test_fit_recovers_the_factors_that_made_the_table() -> None:
     truth = {"mem_eff_gemm": 0.6, "mma_eff_gemm": 0.9, "floor_gemm_us": 7.0, "nvlink_eff": 0.3}
-    made = H100.model_copy(update={"allreduce_latency_us": 2.5,
-                                   "roofline": RooflineFit(source="test", factors=truth)})
+    made = H100.model_copy(update={"allreduce_latency_us": 2.5, "roofline": RooflineFit(source="test", factors=truth)})
     result = fit.fit(synthetic(made), H100)
     for k, v in truth.items():
         assert result.factors[k] == pytest.approx(v, rel=2e-3)
@@ -79,8 +87,11 @@ def test_decode_graph_floor_replaces_the_eager_floor_of_roofline_kernels_in_deco
     roof = Profile.roofline(H200)
     g, e = CostModel(kimi, H200, graphed, roof, True), CostModel(kimi, H200, eager, roof, True)
     # kernels whose floor is the generic one (no fitted floor on H200): each pays 3 µs instead of 4
-    generic = sum(op.count * roofline.KERNELS.get(op.family, 1) for op in step_ops(kimi, graphed, 8, 4096, (), 512)
-                  if op.family in ("elementwise", "kv_write", "integrity_check"))
+    generic = sum(
+        op.count * roofline.KERNELS.get(op.family, 1)
+        for op in step_ops(kimi, graphed, 8, 4096, (), 512)
+        if op.family in ("elementwise", "kv_write", "integrity_check")
+    )
     delta = e.step_s(8, 8 * 4096, 512, []) - g.step_s(8, 8 * 4096, 512, [])
     assert delta == pytest.approx(generic * (H200.kernel_floor_us - 3.0) * 1e-6, rel=1e-9)
     # a mixed step (a prefill chunk beside the decode batch) launches eagerly: no difference
@@ -94,8 +105,13 @@ def test_a_pools_fp8_read_factor_replaces_the_rooflines_for_that_pool_only() -> 
     from simulator.pricing.profile import Profile
 
     kimi = ModelSpec(**presets.model("kimi-k2.6"))
-    sglang = CostModel(kimi, H200, Pool(tp=8, weights="int4", kv_cache="fp8_e4m3", fp8_kv_read_factor=13.58),
-                       Profile.roofline(H200), False)
+    sglang = CostModel(
+        kimi,
+        H200,
+        Pool(tp=8, weights="int4", kv_cache="fp8_e4m3", fp8_kv_read_factor=13.58),
+        Profile.roofline(H200),
+        False,
+    )
     f, default = roofline.factors(sglang.hw), roofline.factors(H200)
     assert f.fp8_kv_dequant_factor == 13.58 and default.fp8_kv_dequant_factor == roofline.FP8_KV_DEQUANT_FACTOR
     assert f.mem_eff_decode_attn == default.mem_eff_decode_attn  # the preset's fitted factors are kept
@@ -129,4 +145,5 @@ def test_all_gather_has_its_own_latency_and_link_share_where_fitted() -> None:
     shape = {"bytes": 258560, "ranks": 8}
     assert roofline.op_us("allgather", shape, H200) == pytest.approx(8.95 + 7 / 8 * 258560 / (900 * 0.3066 * 1e3))
     assert roofline.op_us("allgather", shape, H100) == pytest.approx(
-        H100.allreduce_latency_us + 7 / 8 * 258560 / (H100.nvlink_gbs * roofline.NVLINK_EFF * 1e3))
+        H100.allreduce_latency_us + 7 / 8 * 258560 / (H100.nvlink_gbs * roofline.NVLINK_EFF * 1e3)
+    )

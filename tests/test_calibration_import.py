@@ -34,65 +34,198 @@ def _table(root: Path, op: str, fw: str, version: str, file: str, rows: list[dic
 
 def fixture_tables(root: Path, skip: str = "") -> Path:
     """One or two rows per table, in AIConfigurator's columns and units (latency in ms)."""
+
     def base(**kw: object) -> dict:
         return {"framework": "SGLang", "version": V, "device": "NVIDIA H200", **kw}
 
-    gemm = [base(op_name="gemm", kernel_source=src, gemm_dtype=dt, m=m, n=n, k=k, latency=lat)
-            for src, dt in (("sglang_torch_linear", "bfloat16"), ("sglang_deepgemm_gemm_nt_f8f8bf16", "fp8_block"),
-                            ("sglang_sgl_kernel_fp8_scaled_mm", "fp8"))
-            for n in (1024, 4096) for k in (1024, 4096) for m, lat in ((1, 0.004 * n * k / 2**20),
-                                                                     (64, 0.008 * n * k / 2**20))]
+    gemm = [
+        base(op_name="gemm", kernel_source=src, gemm_dtype=dt, m=m, n=n, k=k, latency=lat)
+        for src, dt in (
+            ("sglang_torch_linear", "bfloat16"),
+            ("sglang_deepgemm_gemm_nt_f8f8bf16", "fp8_block"),
+            ("sglang_sgl_kernel_fp8_scaled_mm", "fp8"),
+        )
+        for n in (1024, 4096)
+        for k in (1024, 4096)
+        for m, lat in ((1, 0.004 * n * k / 2**20), (64, 0.008 * n * k / 2**20))
+    ]
     tables = {
         "gemm": ("gemm", "gemm_perf.parquet", gemm),
-        "mla_bmm": ("mla_bmm", "mla_bmm_perf.parquet", [
-            base(op_name="mla_gen_pre", kernel_source="sglang_torch_bmm", bmm_dtype="bfloat16", num_tokens=8,
-                 num_heads=16, latency=0.005),
-            base(op_name="mla_gen_post", kernel_source="sglang_sgl_kernel_bmm_fp8", bmm_dtype="fp8", num_tokens=8,
-                 num_heads=16, latency=0.004)]),
-        "generation_mla": ("mla", "generation_mla_perf.parquet", [
-            base(op_name="mla_generation", kernel_source="flash_attention", mla_dtype="bfloat16", kv_cache_dtype=kv,
-                 num_heads=16, batch_size=8, isl=1, tp_size=8, step=step, latency=lat)
-            for kv, f in (("bfloat16", 1.0), ("fp8", 3.0)) for step, lat in ((1023, 0.02 * f), (4095, 0.05 * f))]),
-        "context_mla": ("mla", "context_mla_perf.parquet", [
-            base(op_name="mla_context", kernel_source="flash_attention", mla_dtype="bfloat16", kv_cache_dtype=kv,
-                 num_heads=16, batch_size=b, isl=4096, tp_size=8, step=0, latency=0.5 * b)
-            for kv in ("bfloat16", "fp8") for b in (1, 2)]),
-        "generation_attention": ("attention", "generation_attention_perf.parquet", [
-            base(op_name="generation_attention", kernel_source=src, batch_size=4, isl=1, num_heads=8,
-                 num_key_value_heads=1, head_dim=128, beam_width=1, attn_dtype="bfloat16", kv_cache_dtype="bfloat16",
-                 step=2047, window_size=w, latency=lat)
-            for src, w, lat in (("fa3", 0, 0.012), ("triton", 0, 0.020), ("fa3", 1024, 0.009))]),
-        "context_attention": ("attention", "context_attention_perf.parquet", [
-            base(op_name="context_attention", kernel_source="fa3", batch_size=1, isl=2048, num_heads=8,
-                 num_key_value_heads=1, head_dim=128, beam_width=1, attn_dtype="bfloat16", kv_cache_dtype="bfloat16",
-                 step=0, window_size=0, latency=0.04)]),
-        "moe": ("moe", "moe_perf.parquet", [
-            base(op_name="moe", kernel_source=src, moe_dtype=dt, num_tokens=t, hidden_size=7168, inter_size=2048,
-                 topk=8, num_experts=384, moe_tp_size=8, moe_ep_size=1, distribution=dist, latency=lat)
-            for src, dt in (("sglang_marlin_moe", "int4_wo"), ("sglang_marlin_moe_situ_as_silu", "int4_wo"),
-                            ("sglang_fused_moe_triton", "w4a16_mxfp4"))
-            for dist, f in (("balanced", 1.5), ("power_law_1.01", 1.0)) for t, lat in ((1, 0.03 * f), (64, 0.43 * f))]),
-        "allreduce": ("comm", "custom_allreduce_perf.parquet", [
-            base(op_name="all_reduce", kernel_source=src, allreduce_dtype="bfloat16", num_gpus=8, message_size=size,
-                 latency=lat, backend=src)
-            for src, f in (("SGLang_CustomAllReduce_graph", 1.0), ("SGLang_CustomAllReduce_eager", 8.0))
-            for size, lat in ((1024, 0.0033 * f), (1048576, 0.019 * f))]),
+        "mla_bmm": (
+            "mla_bmm",
+            "mla_bmm_perf.parquet",
+            [
+                base(
+                    op_name="mla_gen_pre",
+                    kernel_source="sglang_torch_bmm",
+                    bmm_dtype="bfloat16",
+                    num_tokens=8,
+                    num_heads=16,
+                    latency=0.005,
+                ),
+                base(
+                    op_name="mla_gen_post",
+                    kernel_source="sglang_sgl_kernel_bmm_fp8",
+                    bmm_dtype="fp8",
+                    num_tokens=8,
+                    num_heads=16,
+                    latency=0.004,
+                ),
+            ],
+        ),
+        "generation_mla": (
+            "mla",
+            "generation_mla_perf.parquet",
+            [
+                base(
+                    op_name="mla_generation",
+                    kernel_source="flash_attention",
+                    mla_dtype="bfloat16",
+                    kv_cache_dtype=kv,
+                    num_heads=16,
+                    batch_size=8,
+                    isl=1,
+                    tp_size=8,
+                    step=step,
+                    latency=lat,
+                )
+                for kv, f in (("bfloat16", 1.0), ("fp8", 3.0))
+                for step, lat in ((1023, 0.02 * f), (4095, 0.05 * f))
+            ],
+        ),
+        "context_mla": (
+            "mla",
+            "context_mla_perf.parquet",
+            [
+                base(
+                    op_name="mla_context",
+                    kernel_source="flash_attention",
+                    mla_dtype="bfloat16",
+                    kv_cache_dtype=kv,
+                    num_heads=16,
+                    batch_size=b,
+                    isl=4096,
+                    tp_size=8,
+                    step=0,
+                    latency=0.5 * b,
+                )
+                for kv in ("bfloat16", "fp8")
+                for b in (1, 2)
+            ],
+        ),
+        "generation_attention": (
+            "attention",
+            "generation_attention_perf.parquet",
+            [
+                base(
+                    op_name="generation_attention",
+                    kernel_source=src,
+                    batch_size=4,
+                    isl=1,
+                    num_heads=8,
+                    num_key_value_heads=1,
+                    head_dim=128,
+                    beam_width=1,
+                    attn_dtype="bfloat16",
+                    kv_cache_dtype="bfloat16",
+                    step=2047,
+                    window_size=w,
+                    latency=lat,
+                )
+                for src, w, lat in (("fa3", 0, 0.012), ("triton", 0, 0.020), ("fa3", 1024, 0.009))
+            ],
+        ),
+        "context_attention": (
+            "attention",
+            "context_attention_perf.parquet",
+            [
+                base(
+                    op_name="context_attention",
+                    kernel_source="fa3",
+                    batch_size=1,
+                    isl=2048,
+                    num_heads=8,
+                    num_key_value_heads=1,
+                    head_dim=128,
+                    beam_width=1,
+                    attn_dtype="bfloat16",
+                    kv_cache_dtype="bfloat16",
+                    step=0,
+                    window_size=0,
+                    latency=0.04,
+                )
+            ],
+        ),
+        "moe": (
+            "moe",
+            "moe_perf.parquet",
+            [
+                base(
+                    op_name="moe",
+                    kernel_source=src,
+                    moe_dtype=dt,
+                    num_tokens=t,
+                    hidden_size=7168,
+                    inter_size=2048,
+                    topk=8,
+                    num_experts=384,
+                    moe_tp_size=8,
+                    moe_ep_size=1,
+                    distribution=dist,
+                    latency=lat,
+                )
+                for src, dt in (
+                    ("sglang_marlin_moe", "int4_wo"),
+                    ("sglang_marlin_moe_situ_as_silu", "int4_wo"),
+                    ("sglang_fused_moe_triton", "w4a16_mxfp4"),
+                )
+                for dist, f in (("balanced", 1.5), ("power_law_1.01", 1.0))
+                for t, lat in ((1, 0.03 * f), (64, 0.43 * f))
+            ],
+        ),
+        "allreduce": (
+            "comm",
+            "custom_allreduce_perf.parquet",
+            [
+                base(
+                    op_name="all_reduce",
+                    kernel_source=src,
+                    allreduce_dtype="bfloat16",
+                    num_gpus=8,
+                    message_size=size,
+                    latency=lat,
+                    backend=src,
+                )
+                for src, f in (("SGLang_CustomAllReduce_graph", 1.0), ("SGLang_CustomAllReduce_eager", 8.0))
+                for size, lat in ((1024, 0.0033 * f), (1048576, 0.019 * f))
+            ],
+        ),
     }
     for name, (op, file, rows) in tables.items():
         if name != skip:
             _table(root, op, "sglang", V, file, rows)
     if skip != "allgather":
-        _table(root, "comm", "nccl", "2.29.2", "nccl_perf.parquet", [
-            base(op_name=op, kernel_source="NCCL", nccl_dtype="half", num_gpus=8, message_size=size, latency=lat)
-            for op in ("all_gather", "all_reduce") for size, lat in ((1024, 0.012), (1048576, 0.024))])
+        _table(
+            root,
+            "comm",
+            "nccl",
+            "2.29.2",
+            "nccl_perf.parquet",
+            [
+                base(op_name=op, kernel_source="NCCL", nccl_dtype="half", num_gpus=8, message_size=size, latency=lat)
+                for op in ("all_gather", "all_reduce")
+                for size, lat in ((1024, 0.012), (1048576, 0.024))
+            ],
+        )
     return root
 
 
 def imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Path:
     data = fixture_tables(tmp_path / "h200_sxm")
     out = tmp_path / "p.json"
-    code, text = run_cli(monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data),
-                         "--out", str(out))
+    code, text = run_cli(
+        monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data), "--out", str(out)
+    )
     assert code == 0, text
     assert "SGLang 0.5.14 kernels" in text
     return out
@@ -114,23 +247,33 @@ def test_import_maps_each_table_onto_its_family(tmp_path, monkeypatch, capsys) -
     # MLA's absorbed W_UK bmm (BF16 only: the FP8 bmm is not phaseplan's)
     assert [(r["m"], r["n"], r["k"], r["median_us"]) for r in gemm if r["batch"] == 16] == [(8, 512, 128, 5.0)]
     mla = {(r["kv"], r["layout"], r["context"]): r["median_us"] for r in rows(doc, "decode_attention_mla")}
-    assert mla == {("bf16", "any", 1024): 20.0, ("bf16", "any", 4096): 50.0,
-                   ("fp8_e4m3", "flat", 1024): 60.0, ("fp8_e4m3", "flat", 4096): 150.0}
+    assert mla == {
+        ("bf16", "any", 1024): 20.0,
+        ("bf16", "any", 4096): 50.0,
+        ("fp8_e4m3", "flat", 1024): 60.0,
+        ("fp8_e4m3", "flat", 4096): 150.0,
+    }
     assert {r["page_size"] for r in rows(doc, "decode_attention_mla")} == {"any"}
     # GQA decode: fa3 preferred over triton, sliding-window rows left out
     assert [(r["context"], r["median_us"]) for r in rows(doc, "decode_attention_gqa")] == [(2048, 12.0)]
-    prefill = {(r["heads"], r["kv_heads"], r["qk_dim"], r["v_dim"], r["tokens"], r["context"]): r["median_us"]
-               for r in rows(doc, "prefill_attention")}
+    prefill = {
+        (r["heads"], r["kv_heads"], r["qk_dim"], r["v_dim"], r["tokens"], r["context"]): r["median_us"]
+        for r in rows(doc, "prefill_attention")
+    }
     assert prefill == {(16, 16, 192, 128, 4096, 4096): 500.0, (8, 1, 128, 128, 2048, 2048): 40.0}  # batch 1 only
     moe = rows(doc, "fused_moe")  # power-law Marlin int4 rows, keyed as the released group 32; stand-ins left out
     assert [(r["tokens"], r["weights"], r["group"], r["tp"], r["ep"], r["median_us"]) for r in moe] == [
-        (1, "int4", 32, 8, 1, 30.0), (64, "int4", 32, 8, 1, 430.0)]
+        (1, "int4", 32, 8, 1, 30.0),
+        (64, "int4", 32, 8, 1, 430.0),
+    ]
     # collectives: elements of 2 bytes; the graphed custom all-reduce, NCCL's all-gather
     assert [(r["bytes"], r["median_us"]) for r in rows(doc, "allreduce")] == [(2048, 3.3), (2097152, 19.0)]
     assert [(r["bytes"], r["median_us"]) for r in rows(doc, "allgather")] == [(2048, 12.0), (2097152, 24.0)]
     by = doc["measured_by"]
-    assert by["summary"] == "measured on H200 by AIConfigurator unknown (tables read from a folder) (SGLang 0.5.14 " \
-                            "kernels)"
+    assert (
+        by["summary"] == "measured on H200 by AIConfigurator unknown (tables read from a folder) (SGLang 0.5.14 "
+        "kernels)"
+    )
     assert by["license"] == "Apache-2.0" and by["tables"]["moe"]["collection"] == "legacy"
     assert by["moe_distribution"] == "power_law_1.01"
     assert by["tables"]["allgather"]["framework"] == "NCCL"
@@ -140,8 +283,9 @@ def test_import_maps_each_table_onto_its_family(tmp_path, monkeypatch, capsys) -
 def test_a_missing_table_is_one_line_exit_2_and_nothing_written(tmp_path, monkeypatch, capsys, skip) -> None:
     data = fixture_tables(tmp_path / "h200_sxm", skip=skip)
     out = tmp_path / "p.json"
-    code, text = run_cli(monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data),
-                         "--out", str(out))
+    code, text = run_cli(
+        monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data), "--out", str(out)
+    )
     assert code == 2 and text.startswith("error: ") and len(text.strip().splitlines()) == 1, text
     assert "table" in text and not out.exists()
 
@@ -158,20 +302,29 @@ def test_a_bad_table_is_one_line_exit_2_and_nothing_written(tmp_path, monkeypatc
         expect = "not a readable Parquet table"
     else:
         t = pq.read_table(path)
-        pq.write_table(t.set_column(t.column_names.index("latency"), "latency",
-                                    pa.array([-1.0] * t.num_rows)), path)
+        pq.write_table(t.set_column(t.column_names.index("latency"), "latency", pa.array([-1.0] * t.num_rows)), path)
         expect = "latency -1.0"
     out = tmp_path / "p.json"
-    code, text = run_cli(monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data),
-                         "--out", str(out))
+    code, text = run_cli(
+        monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data), "--out", str(out)
+    )
     assert code == 2 and expect in text and len(text.strip().splitlines()) == 1, text
     assert "moe_perf.parquet" in text and not out.exists()
 
 
 def test_no_package_and_no_folder_is_one_line(tmp_path, monkeypatch, capsys) -> None:
     out = tmp_path / "p.json"
-    code, text = run_cli(monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data",
-                         str(tmp_path / "nowhere"), "--out", str(out))
+    code, text = run_cli(
+        monkeypatch,
+        capsys,
+        "profile",
+        "import",
+        "aiconfigurator",
+        "--data",
+        str(tmp_path / "nowhere"),
+        "--out",
+        str(out),
+    )
     assert code == 2 and "no AIConfigurator data folder" in text and not out.exists()
 
 
@@ -245,11 +398,33 @@ def test_fused_moe_roofline_is_the_sum_of_the_unfused_parts(tmp_path) -> None:
 def test_moe_distribution_is_chosen_and_checked(tmp_path, monkeypatch, capsys) -> None:
     data = fixture_tables(tmp_path / "h200_sxm")
     out = tmp_path / "p.json"
-    code, text = run_cli(monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data),
-                         "--moe-distribution", "balanced", "--out", str(out))
+    code, text = run_cli(
+        monkeypatch,
+        capsys,
+        "profile",
+        "import",
+        "aiconfigurator",
+        "--data",
+        str(data),
+        "--moe-distribution",
+        "balanced",
+        "--out",
+        str(out),
+    )
     assert code == 0, text
     assert [r["median_us"] for r in rows(json.loads(out.read_text()), "fused_moe")] == [45.0, 645.0]
     out.unlink()
-    code, text = run_cli(monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data),
-                         "--moe-distribution", "zipf", "--out", str(out))
+    code, text = run_cli(
+        monkeypatch,
+        capsys,
+        "profile",
+        "import",
+        "aiconfigurator",
+        "--data",
+        str(data),
+        "--moe-distribution",
+        "zipf",
+        "--out",
+        str(out),
+    )
     assert code == 2 and "--moe-distribution" in text and not out.exists()

@@ -22,8 +22,10 @@ def write(tmp_path: Path, text: str) -> str:
     [
         ("name: x\nmodel: [unclosed\n", "YAML syntax error"),
         ("name: x\nmodel: kimi-k2.6\nbogus_key: 1\n", "line 3: bogus_key: unknown key"),
-        ("name: x\nmodel: kimi-k2.6\nhardware: h200\ndeployment:\n  decode:\n    tp: two\n",
-         "line 6: deployment.decode.tp: Input should be a valid integer"),
+        (
+            "name: x\nmodel: kimi-k2.6\nhardware: h200\ndeployment:\n  decode:\n    tp: two\n",
+            "line 6: deployment.decode.tp: Input should be a valid integer",
+        ),
         ("name: x\nmodel: kimi-k2.6\ndeployment:\n  decode:\n    instances: 0\n", "deployment.decode.instances"),
         ("name: x\nmodel: kimi-k2.6\ndeployment:\n  decode:\n    mem_fraction: -0.5\n", "mem_fraction"),
         ("name: x\nmodel: no-such-model\n", "line 2: model: unknown model preset 'no-such-model'"),
@@ -31,8 +33,10 @@ def write(tmp_path: Path, text: str) -> str:
         ("- just\n- a list\n", "must be a YAML mapping"),
         ("name: x\nmodel: kimi-k2.6\ntraffic:\n  rate: 3\n", "needs duration_s or requests"),
         ("name: x\nmodel: kimi-k2.6\ndeployment:\n  mode: disaggregated\n", "needs a 'prefill' pool"),
-        ("name: x\nmodel: llama-3.1-70b\ndeployment:\n  decode:\n    kv_layout: tiled\n",
-         "line 5: deployment.decode.kv_layout: 'tiled' is an MLA cache layout"),
+        (
+            "name: x\nmodel: llama-3.1-70b\ndeployment:\n  decode:\n    kv_layout: tiled\n",
+            "line 5: deployment.decode.kv_layout: 'tiled' is an MLA cache layout",
+        ),
     ],
 )
 def test_bad_file_one_line_exit_2(tmp_path: Path, monkeypatch, capsys, text: str, expect: str) -> None:

@@ -41,12 +41,21 @@ def only(ops: list[Op], family: str) -> Op:
 
 # -- the op list ----------------------------------------------------------------------------------------------
 
+
 def test_kimi_decode_ops() -> None:
     pool = Pool(tp=8, weights="int4", kv_cache="fp8_e4m3")
     ops = step_ops(KIMI, pool, 32, 16384, (), 32 * 256)
     c = counts(ops)
-    assert set(c) == {"elementwise", "gemm", "kv_write", "decode_attention_mla", "moe_gemm", "allreduce",
-                      "integrity_check", "allgather"}
+    assert set(c) == {
+        "elementwise",
+        "gemm",
+        "kv_write",
+        "decode_attention_mla",
+        "moe_gemm",
+        "allreduce",
+        "integrity_check",
+        "allgather",
+    }
     attn = only(ops, "decode_attention_mla").params
     assert attn == {"heads": 8, "batch": 32, "context": 16384, "kv": "fp8_e4m3", "layout": "flat", "page_size": 64}
     assert c["decode_attention_mla"] == 61 and c["kv_write"] == 61
@@ -69,8 +78,7 @@ def test_kimi_prefill_ops_unabsorbed_mla() -> None:
     c = counts(ops)
     assert "decode_attention_mla" not in c and "integrity_check" not in c
     attn = only(ops, "prefill_attention").params
-    assert attn == {"heads": 8, "kv_heads": 8, "qk_dim": 192, "v_dim": 128, "tokens": 4096, "context": 12288,
-                    "topk": 0}
+    assert attn == {"heads": 8, "kv_heads": 8, "qk_dim": 192, "v_dim": 128, "tokens": 4096, "context": 12288, "topk": 0}
     # kv_b expands the chunk's whole context into per-head K_nope and V.
     expand = [op for op in ops if op.family == "gemm" and op.params["k"] == 512 and op.params["batch"] == 1]
     assert [op.params["m"] for op in expand] == [12288] and expand[0].params["n"] == 8 * (128 + 128)
@@ -121,6 +129,7 @@ def test_profile_shapes_hold_every_study_shape() -> None:
 
 # -- the roofline ------------------------------------------------------------------------------------------------
 
+
 def ideal_ms(ops: list[Op]) -> float:
     return sum(op.count * float(roofline.ideal_us(op.family, op.params, H200)) for op in ops) / 1e3
 
@@ -163,8 +172,10 @@ def test_fp8_kv_reads_half_the_bytes() -> None:
     t = {kv: roofline.op_us("decode_attention_mla", {**shape, "kv": kv}, H200) for kv in ("bf16", "fp8_e4m3")}
     assert 0.5 * t["bf16"] < t["fp8_e4m3"] < 0.75 * t["bf16"]  # half the bytes, plus the dequant
     gqa = {"q_heads": 8, "kv_heads": 1, "head_dim": 128, "batch": 8, "context": 8192, "page_size": 16}
-    assert roofline.work("decode_attention_gqa", {**gqa, "kv": "fp8_e4m3"}).bytes < \
-        roofline.work("decode_attention_gqa", {**gqa, "kv": "bf16"}).bytes
+    assert (
+        roofline.work("decode_attention_gqa", {**gqa, "kv": "fp8_e4m3"}).bytes
+        < roofline.work("decode_attention_gqa", {**gqa, "kv": "bf16"}).bytes
+    )
 
 
 def test_collective_is_latency_plus_ring_bytes() -> None:
@@ -180,8 +191,9 @@ ATTN = {"heads": 8, "kv": "bf16", "layout": "flat", "page_size": 64}
 
 
 def write_profile(path, kernels) -> None:
-    path.write_text(json.dumps({"device": "NVIDIA H200", "source": "measured", "date": "2026-01-01",
-                                "kernels": kernels}))
+    path.write_text(
+        json.dumps({"device": "NVIDIA H200", "source": "measured", "date": "2026-01-01", "kernels": kernels})
+    )
 
 
 def entry(shape, us):
@@ -207,8 +219,12 @@ def test_profile_reproduces_points_and_interpolates(measured: Profile) -> None:
             assert measured.lookup("decode_attention_mla", {**ATTN, "batch": b, "context": c}) == 5.0 + b * c / 1000
     # Bilinear between the profiled corners: the table's own affine law comes back.
     assert measured.lookup("decode_attention_mla", {**ATTN, "batch": 2, "context": 2048}) == pytest.approx(5 + 4.096)
-    assert measured.provenance() == {"profile_source": "measured", "device": "NVIDIA H200",
-                                     "file": measured.file, "date": "2026-01-01"}
+    assert measured.provenance() == {
+        "profile_source": "measured",
+        "device": "NVIDIA H200",
+        "file": measured.file,
+        "date": "2026-01-01",
+    }
 
 
 def test_cost_model_counts_roofline_fallback(measured: Profile) -> None:
@@ -221,14 +237,19 @@ def test_cost_model_counts_roofline_fallback(measured: Profile) -> None:
     assert sum(shares.values()) == pytest.approx(1.0) and shares["collective"] > 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("{", "not JSON"),
-    ('{"device": "x", "kernels": {}}', "lacks source"),
-    ('{"device": "x", "source": "guessed", "kernels": {}}', "source must be"),
-    ('{"device": "x", "source": "measured", "kernels": {"gemmm": []}}', "unknown or unmeasurable op family"),
-    ('{"device": "x", "source": "measured", "kernels": {"gemm": [{"shape": {"m": 1}, "median_us": 3}]}}',
-     "shape must have exactly the keys"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{", "not JSON"),
+        ('{"device": "x", "kernels": {}}', "lacks source"),
+        ('{"device": "x", "source": "guessed", "kernels": {}}', "source must be"),
+        ('{"device": "x", "source": "measured", "kernels": {"gemmm": []}}', "unknown or unmeasurable op family"),
+        (
+            '{"device": "x", "source": "measured", "kernels": {"gemm": [{"shape": {"m": 1}, "median_us": 3}]}}',
+            "shape must have exactly the keys",
+        ),
+    ],
+)
 def test_bad_profile_is_one_line_input_error(tmp_path, text: str, message: str) -> None:
     path = tmp_path / "bad.json"
     path.write_text(text)
@@ -251,10 +272,12 @@ def test_modeled_profile_round_trip(tmp_path) -> None:
     assert tables.usage.seconds["fallback"] == 0 and not tables.usage.fallback_ops
     # Between profiled points the table is interpolated, and stays close to the model it was drawn from.
     assert tables.step_s(37, 37 * 5000, 37 * 80, [(3000, 1000)]) == pytest.approx(
-        roof.step_s(37, 37 * 5000, 37 * 80, [(3000, 1000)]), rel=0.01)
+        roof.step_s(37, 37 * 5000, 37 * 80, [(3000, 1000)]), rel=0.01
+    )
 
 
 # -- the cost model ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("model", [KIMI, GLM5, LLAMA])
 @pytest.mark.parametrize("tables", [False, True])
@@ -306,8 +329,10 @@ def test_mixed_step_equals_whole_list_pricing(model: ModelSpec, tables: bool, me
     steps = []
     for _ in range(60):
         batch = int(rng.choice([0, 1, 3, 4, 37, 256]))  # 1 and 4 are profiled batches, 3 lies between
-        chunks = [(int(rng.integers(1, 3000)), int(rng.choice([0, int(rng.integers(0, 9000))])))
-                  for _ in range(int(rng.integers(1, 5)))]
+        chunks = [
+            (int(rng.integers(1, 3000)), int(rng.choice([0, int(rng.integers(0, 9000))])))
+            for _ in range(int(rng.integers(1, 5)))
+        ]
         steps.append((batch, batch * int(rng.integers(500, 6000)), chunks))
     for batch, ctx_total, chunks in steps:
         cm = CostModel(model, H200, pool, measured if tables else ROOF, integrity=True)
@@ -320,7 +345,8 @@ def test_mixed_step_equals_whole_list_pricing(model: ModelSpec, tables: bool, me
             assert cm.usage.seconds[src] == pytest.approx(us * 1e-6, rel=1e-9, abs=1e-15)
         assert cm.step_s(batch, ctx_total, pages, chunks) == fast  # remembered parts: the same number
         assert cm.breakdown(batch, ctx_total, pages, chunks) == pytest.approx(
-            CostModel(model, H200, pool, measured if tables else ROOF, True).breakdown(batch, ctx_total, pages, chunks))
+            CostModel(model, H200, pool, measured if tables else ROOF, True).breakdown(batch, ctx_total, pages, chunks)
+        )
         assert sum(cm.breakdown(batch, ctx_total, pages, chunks).values()) == pytest.approx(fast, rel=1e-12)
     if tables and model is not LLAMA:  # the made-up tables hold MLA decode attention at 8 heads
         cm = CostModel(model, H200, pool, measured, integrity=True)

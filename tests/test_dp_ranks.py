@@ -21,15 +21,29 @@ from simulator.serving.routing import dp_rank
 from simulator.workload.request import Request
 
 # tiny-mla-moe on two H200s as one instance: attention data-parallel over 2 ranks, experts over both
-DP2 = {"instances": 1, "tp": 2, "dp": 2, "ep": 2, "weights": "bf16", "kv_cache": "bf16", "page_size": 16,
-       "decode_reserve_tokens": 0, "max_running": 8, "max_batch_tokens": 4096}
+DP2 = {
+    "instances": 1,
+    "tp": 2,
+    "dp": 2,
+    "ep": 2,
+    "weights": "bf16",
+    "kv_cache": "bf16",
+    "page_size": 16,
+    "decode_reserve_tokens": 0,
+    "max_running": 8,
+    "max_batch_tokens": 4096,
+}
 
 
 def scenario(**over: Any) -> Scenario:
     base: dict[str, Any] = {
-        "name": "dp", "model": "tiny-mla-moe", "hardware": "h200", "profile": "roofline",
+        "name": "dp",
+        "model": "tiny-mla-moe",
+        "hardware": "h200",
+        "profile": "roofline",
         "deployment": {"mode": "colocated", "decode": DP2},
-        "traffic": {"rate": 1.0, "requests": 4, "prompt_tokens": 16, "output_tokens": 4}, "seed": 1,
+        "traffic": {"rate": 1.0, "requests": 4, "prompt_tokens": 16, "output_tokens": 4},
+        "seed": 1,
     }
     return loader.validate(loader.apply_overrides(base, over), "test")
 
@@ -83,8 +97,12 @@ def test_requests_go_to_the_least_loaded_rank_and_stay(tmp_path: Path) -> None:
     assert result["metrics"]["completed"] == 4
     assert [r.sched.counters.preempted for r in inst.ranks] == [0, 0]
     assert [r.cache.lookup_tokens for r in inst.ranks] == [32, 32]  # two 16-token prompts looked up on each
-    even = {"ranks": 2, "batch_max_over_mean": 1.0, "kv_max_over_mean": 1.0,
-            "kv_peak_rank_occupancy": pytest.approx(2 / inst.ranks[0].cache.num_pages, abs=1e-4)}
+    even = {
+        "ranks": 2,
+        "batch_max_over_mean": 1.0,
+        "kv_max_over_mean": 1.0,
+        "kv_peak_rank_occupancy": pytest.approx(2 / inst.ranks[0].cache.num_pages, abs=1e-4),
+    }
     assert result["metrics"]["dp_ranks"]["decode"] == even
     # a long prompt first (10 pages queued on rank 0): the three short ones all go to rank 1 (1, 2, 3 pages)
     rows = [{"arrival": 0.0, "prompt_tokens": 160, "output_tokens": 4}] + rows[:3]
@@ -139,7 +157,8 @@ def test_the_report_shows_the_ranks_imbalance(tmp_path: Path) -> None:
     from simulator.results.report import print_run
 
     rows = [{"arrival": 0.0, "prompt_tokens": 160, "output_tokens": 4}] + [
-        {"arrival": 0.0, "prompt_tokens": 16, "output_tokens": 4}] * 3
+        {"arrival": 0.0, "prompt_tokens": 16, "output_tokens": 4}
+    ] * 3
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result, _ = simulate(scenario(traffic={"trace": "t.jsonl"}), base_dir=tmp_path)
     console = Console(record=True, width=200)

@@ -23,18 +23,33 @@ def scenario(**over: Any) -> Scenario:
             "prefill": {"instances": 1, "tp": 4, "weights": "fp8", "kv_cache": "fp8_e4m3"},
             "decode": {"instances": 2, "tp": 4, "weights": "fp8", "kv_cache": "fp8_e4m3", "page_size": 16},
         },
-        "traffic": {"rate": 6.0, "requests": 120, "arrival": "bursty", "burst_cv": 2.0,
-                    "prompt_tokens": {"dist": "lognormal", "median": 900, "sigma": 0.7, "max": 8000},
-                    "output_tokens": {"dist": "lognormal", "median": 150, "sigma": 0.7, "max": 1500},
-                    "sessions": {"turns": 2, "think_time_s": 1.0}, "shared_prefix_tokens": 256},
+        "traffic": {
+            "rate": 6.0,
+            "requests": 120,
+            "arrival": "bursty",
+            "burst_cv": 2.0,
+            "prompt_tokens": {"dist": "lognormal", "median": 900, "sigma": 0.7, "max": 8000},
+            "output_tokens": {"dist": "lognormal", "median": 150, "sigma": 0.7, "max": 1500},
+            "sessions": {"turns": 2, "think_time_s": 1.0},
+            "shared_prefix_tokens": 256,
+        },
         "routing": {"policy": "session_affinity"},
         "seed": 3,
     }
     return loader.validate(loader.apply_overrides(base, over), "test")
 
 
-WIDE_EP = {"instances": 1, "nodes": 2, "tp": 16, "dp": 16, "ep": 16, "weights": "fp8", "kv_cache": "fp8_e4m3",
-           "max_batch_tokens": 4096, "chunk_size": 1024}
+WIDE_EP = {
+    "instances": 1,
+    "nodes": 2,
+    "tp": 16,
+    "dp": 16,
+    "ep": 16,
+    "weights": "fp8",
+    "kv_cache": "fp8_e4m3",
+    "max_batch_tokens": 4096,
+    "chunk_size": 1024,
+}
 
 
 def dumps(result: dict[str, Any]) -> str:
@@ -53,67 +68,166 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
     "over",
     [
         {},
-        {"deployment.mode": "colocated", "deployment.decode.max_batch_tokens": 2048,
-         "deployment.decode.chunk_size": 512},
+        {
+            "deployment.mode": "colocated",
+            "deployment.decode.max_batch_tokens": 2048,
+            "deployment.decode.chunk_size": 512,
+        },
         # memory pressure: few pages, so preemption and admission waits happen
-        {"deployment.decode.mem_fraction": 0.225, "integrity.fault_rate": 0.002,
-         "integrity.fault_kinds": ["stale", "foreign", "out_of_range"]},
+        {
+            "deployment.decode.mem_fraction": 0.225,
+            "integrity.fault_rate": 0.002,
+            "integrity.fault_kinds": ["stale", "foreign", "out_of_range"],
+        },
         # load-aware routing over several decode instances reads their state between step boundaries
-        {"routing.policy": "least_kv", "deployment.decode.instances": 3, "deployment.decode.mem_fraction": 0.2,
-         "traffic.rate": 12.0},
+        {
+            "routing.policy": "least_kv",
+            "deployment.decode.instances": 3,
+            "deployment.decode.mem_fraction": 0.2,
+            "traffic.rate": 12.0,
+        },
         # transfers land mid-run on instances short of pages: prefix reuse, eviction order and preemption
-        {"routing.policy": "prefix_aware", "deployment.decode.instances": 2, "deployment.decode.mem_fraction": 0.14,
-         "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0,
-         "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000}},
+        {
+            "routing.policy": "prefix_aware",
+            "deployment.decode.instances": 2,
+            "deployment.decode.mem_fraction": 0.14,
+            "deployment.decode.decode_reserve_tokens": 16,
+            "traffic.rate": 20.0,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000},
+        },
         # transfers waiting for room start right after a plan (pages freed by preemption): they must leave the
         # plan's first step its pages (this ran out of pages at that step once)
         # (mem_fraction 0.13: at 0.14 the H200 all-gather's own fit, ~6 us a step, left it without preemption)
-        {"routing.policy": "session_affinity", "deployment.decode.instances": 1, "deployment.decode.mem_fraction": 0.13,
-         "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 30.0, "seed": 0, "traffic.sessions.turns": 4,
-         "traffic.sessions.think_time_s": 0.2,
-         "traffic.output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.6, "max": 3000}},
+        {
+            "routing.policy": "session_affinity",
+            "deployment.decode.instances": 1,
+            "deployment.decode.mem_fraction": 0.13,
+            "deployment.decode.decode_reserve_tokens": 16,
+            "traffic.rate": 30.0,
+            "seed": 0,
+            "traffic.sessions.turns": 4,
+            "traffic.sessions.think_time_s": 0.2,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.6, "max": 3000},
+        },
         # pages a plan's preemption frees admit the head of the queue at the next step: a run must stop there
-        {"deployment.decode.instances": 2, "deployment.decode.mem_fraction": 0.13, "deployment.decode.page_size": 1,
-         "deployment.decode.decode_reserve_tokens": 0, "deployment.decode.max_running": 32,
-         "deployment.decode.chunk_size": 256, "deployment.prefill.instances": 2, "routing.policy": "least_kv",
-         "traffic.rate": 12.0, "traffic.sessions.think_time_s": 0.3, "traffic.sessions.turns": 4, "seed": 626,
-         "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.7, "max": 3000}},
+        {
+            "deployment.decode.instances": 2,
+            "deployment.decode.mem_fraction": 0.13,
+            "deployment.decode.page_size": 1,
+            "deployment.decode.decode_reserve_tokens": 0,
+            "deployment.decode.max_running": 32,
+            "deployment.decode.chunk_size": 256,
+            "deployment.prefill.instances": 2,
+            "routing.policy": "least_kv",
+            "traffic.rate": 12.0,
+            "traffic.sessions.think_time_s": 0.3,
+            "traffic.sessions.turns": 4,
+            "seed": 626,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.7, "max": 3000},
+        },
         # speculative decoding with a draft model (tokens drawn per sequence and step), short of memory: preemptions
-        {"deployment.decode.speculative": {"method": "draft", "draft_tokens": 3, "draft_model": "llama-3.1-8b",
-                                           "acceptance": [0.8, 0.6, 0.4]},
-         "deployment.decode.mem_fraction": 0.15, "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0,
-         "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000}},
+        {
+            "deployment.decode.speculative": {
+                "method": "draft",
+                "draft_tokens": 3,
+                "draft_model": "llama-3.1-8b",
+                "acceptance": [0.8, 0.6, 0.4],
+            },
+            "deployment.decode.mem_fraction": 0.15,
+            "deployment.decode.decode_reserve_tokens": 16,
+            "traffic.rate": 20.0,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000},
+        },
         # DP attention + wide EP across 2 nodes, redundant experts, imbalance, MTP; decode short of memory
-        {"model": "deepseek-v3", "deployment.prefill": WIDE_EP, "traffic.rate": 20.0,
-         "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000},
-         "deployment.decode": {**WIDE_EP, "mem_fraction": 0.423, "page_size": 16, "redundant_experts": 16,
-                               "expert_imbalance": 1.3, "decode_reserve_tokens": 16,
-                               "speculative": {"method": "mtp", "draft_tokens": 2, "acceptance": [0.85, 0.6]}}},
+        {
+            "model": "deepseek-v3",
+            "deployment.prefill": WIDE_EP,
+            "traffic.rate": 20.0,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000},
+            "deployment.decode": {
+                **WIDE_EP,
+                "mem_fraction": 0.423,
+                "page_size": 16,
+                "redundant_experts": 16,
+                "expert_imbalance": 1.3,
+                "decode_reserve_tokens": 16,
+                "speculative": {"method": "mtp", "draft_tokens": 2, "acceptance": [0.85, 0.6]},
+            },
+        },
         # DP ranks with their own pages, unbalanced: long-tailed prompts and outputs in bursts land unevenly,
         # one rank preempts while others have room; colocated, so chunks and decode share lock-step steps
-        {"model": "deepseek-v3", "deployment.mode": "colocated", "traffic.rate": 30.0, "traffic.burst_cv": 4.0,
-         "traffic.prompt_tokens": {"dist": "lognormal", "median": 900, "sigma": 1.2, "max": 12000},
-         "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0, "max": 3000},
-         "deployment.decode": {**WIDE_EP, "mem_fraction": 0.4075, "page_size": 16, "decode_reserve_tokens": 16,
-                               "max_batch_tokens": 2048, "chunk_size": 512}},
+        {
+            "model": "deepseek-v3",
+            "deployment.mode": "colocated",
+            "traffic.rate": 30.0,
+            "traffic.burst_cv": 4.0,
+            "traffic.prompt_tokens": {"dist": "lognormal", "median": 900, "sigma": 1.2, "max": 12000},
+            "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 1.0, "max": 3000},
+            "deployment.decode": {
+                **WIDE_EP,
+                "mem_fraction": 0.4075,
+                "page_size": 16,
+                "decode_reserve_tokens": 16,
+                "max_batch_tokens": 2048,
+                "chunk_size": 512,
+            },
+        },
         # two DP instances: least-KV routing over instances, then over each one's ranks; integrity faults;
         # all-to-alls overlapped with compute (two-batch overlap) in both pools
-        {"model": "deepseek-v3", "deployment.prefill": {**WIDE_EP, "two_batch_overlap": True}, "traffic.rate": 25.0,
-         "routing.policy": "least_kv", "integrity.fault_rate": 0.002, "traffic.sessions.turns": 1,
-         "traffic.output_tokens": {"dist": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
-         "deployment.decode": {**WIDE_EP, "instances": 2, "mem_fraction": 0.425, "page_size": 64,
-                               "decode_reserve_tokens": 64, "two_batch_overlap": True}},
+        {
+            "model": "deepseek-v3",
+            "deployment.prefill": {**WIDE_EP, "two_batch_overlap": True},
+            "traffic.rate": 25.0,
+            "routing.policy": "least_kv",
+            "integrity.fault_rate": 0.002,
+            "traffic.sessions.turns": 1,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 300, "sigma": 1.0, "max": 3000},
+            "deployment.decode": {
+                **WIDE_EP,
+                "instances": 2,
+                "mem_fraction": 0.425,
+                "page_size": 64,
+                "decode_reserve_tokens": 64,
+                "two_batch_overlap": True,
+            },
+        },
         # prefix-aware routing over two DP instances reads their caches' prefixes mid-run: the steps started by
         # then must have evicted what they evict (this differed between the clocks once)
-        {"model": "deepseek-v3", "seed": 402, "deployment.mode": "colocated", "routing.policy": "prefix_aware",
-         "traffic.rate": 30.0, "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.9, "max": 3000},
-         "deployment.decode": {"instances": 2, "tp": 8, "dp": 4, "ep": 8, "weights": "fp8", "kv_cache": "fp8_e4m3",
-                               "page_size": 16, "max_batch_tokens": 1024, "chunk_size": 256, "mem_fraction": 0.61824}},
+        {
+            "model": "deepseek-v3",
+            "seed": 402,
+            "deployment.mode": "colocated",
+            "routing.policy": "prefix_aware",
+            "traffic.rate": 30.0,
+            "traffic.output_tokens": {"dist": "lognormal", "median": 600, "sigma": 0.9, "max": 3000},
+            "deployment.decode": {
+                "instances": 2,
+                "tp": 8,
+                "dp": 4,
+                "ep": 8,
+                "weights": "fp8",
+                "kv_cache": "fp8_e4m3",
+                "page_size": 16,
+                "max_batch_tokens": 1024,
+                "chunk_size": 256,
+                "mem_fraction": 0.61824,
+            },
+        },
     ],
-    ids=["disaggregated", "colocated-chunked", "pressure-faults", "least-kv-routing", "prefix-aware-preemption",
-         "transfers-after-preemption", "admission-after-preemption", "speculative-draft-preemption",
-         "wide-ep-mtp-preemption", "dp-ranks-colocated-unbalanced-preemption", "dp-ranks-two-instances-faults-overlap",
-         "dp-ranks-prefix-aware-preemption"],
+    ids=[
+        "disaggregated",
+        "colocated-chunked",
+        "pressure-faults",
+        "least-kv-routing",
+        "prefix-aware-preemption",
+        "transfers-after-preemption",
+        "admission-after-preemption",
+        "speculative-draft-preemption",
+        "wide-ep-mtp-preemption",
+        "dp-ranks-colocated-unbalanced-preemption",
+        "dp-ranks-two-instances-faults-overlap",
+        "dp-ranks-prefix-aware-preemption",
+    ],
 )
 def test_segments_and_single_steps_give_identical_timelines(
     over: dict[str, Any], request: pytest.FixtureRequest
@@ -131,13 +245,15 @@ def test_segments_and_single_steps_give_identical_timelines(
 
 def test_nothing_is_lost() -> None:
     """Every arrival ends completed, rejected or aborted — with preemption, faults and an impossible prompt."""
-    sc = scenario(**{
-        "deployment.decode.mem_fraction": 0.13,  # ~28K tokens per decode instance
-        "integrity.fault_rate": 0.0005,
-        "traffic.prompt_tokens": {"dist": "lognormal", "median": 1500, "sigma": 1.5, "max": 400_000},
-        "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2000},
-        "traffic.truncate_to_context": True,  # prompts past Llama's 128K are cut to it: still far over 28K
-    })
+    sc = scenario(
+        **{
+            "deployment.decode.mem_fraction": 0.13,  # ~28K tokens per decode instance
+            "integrity.fault_rate": 0.0005,
+            "traffic.prompt_tokens": {"dist": "lognormal", "median": 1500, "sigma": 1.5, "max": 400_000},
+            "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2000},
+            "traffic.truncate_to_context": True,  # prompts past Llama's 128K are cut to it: still far over 28K
+        }
+    )
     result, sim = simulate(sc)
     m, it = result["metrics"], result["integrity"]
     statuses = [r.status for r in sim.records.values()]
@@ -155,8 +271,10 @@ def test_nothing_is_lost() -> None:
 def test_queueing_matches_md1_closed_form() -> None:
     """One server, no batching, fixed work per request: an M/D/1 queue. Mean wait = rho * S / (2 (1 - rho))."""
     base = {
-        "deployment": {"mode": "colocated",
-                       "decode": {"instances": 1, "tp": 4, "weights": "fp8", "kv_cache": "fp8_e4m3", "max_running": 1}},
+        "deployment": {
+            "mode": "colocated",
+            "decode": {"instances": 1, "tp": 4, "weights": "fp8", "kv_cache": "fp8_e4m3", "max_running": 1},
+        },
         "prefix_cache": {"enabled": False},
         "integrity": {"enabled": False},
         "routing": {"policy": "round_robin"},
@@ -174,19 +292,34 @@ def test_queueing_matches_md1_closed_form() -> None:
 
 
 def test_closed_loop_never_exceeds_concurrency() -> None:
-    result, sim = simulate(scenario(traffic={"concurrency": 3, "requests": 30, "prompt_tokens": 500,
-                                             "output_tokens": 50}))
+    result, sim = simulate(
+        scenario(traffic={"concurrency": 3, "requests": 30, "prompt_tokens": 500, "output_tokens": 50})
+    )
     events = sorted([(r.arrival, 1) for r in sim.records.values()] + [(r.finish, -1) for r in sim.records.values()])
     assert max(np.cumsum([e for _, e in events])) <= 3
     assert result["metrics"]["completed"] == 30
 
 
-@pytest.mark.parametrize("over", [
-    {"deployment.mode": "colocated", "deployment.decode.max_batch_tokens": 2048, "deployment.decode.chunk_size": 512,
-     "deployment.decode.mem_fraction": 0.13, "deployment.decode.decode_reserve_tokens": 16, "traffic.rate": 20.0},
-    {"deployment.prefill.instances": 2, "deployment.prefill.max_batch_tokens": 1024,
-     "deployment.prefill.chunk_size": 256, "traffic.rate": 20.0},
-], ids=["colocated-preemption", "prefill-queues"])
+@pytest.mark.parametrize(
+    "over",
+    [
+        {
+            "deployment.mode": "colocated",
+            "deployment.decode.max_batch_tokens": 2048,
+            "deployment.decode.chunk_size": 512,
+            "deployment.decode.mem_fraction": 0.13,
+            "deployment.decode.decode_reserve_tokens": 16,
+            "traffic.rate": 20.0,
+        },
+        {
+            "deployment.prefill.instances": 2,
+            "deployment.prefill.max_batch_tokens": 1024,
+            "deployment.prefill.chunk_size": 256,
+            "traffic.rate": 20.0,
+        },
+    ],
+    ids=["colocated-preemption", "prefill-queues"],
+)
 def test_queued_tokens_kept_as_they_change_equal_the_sum_over_the_queue(
     over: dict[str, Any], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:

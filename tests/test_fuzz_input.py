@@ -34,11 +34,42 @@ EXAMPLE_SECONDS = 10.0  # the slowest example (on a loaded 2-core CI machine; ty
 EXAMPLES = 200
 CHILD = "PHASEPLAN_FUZZ_STATS"
 
-BASE = {"name": "fuzz", "model": "llama-3.1-70b",
-        "traffic": {"concurrency": 2, "requests": 3, "prompt_tokens": 128, "output_tokens": 8}}
-SPECIAL: list[Any] = [math.nan, math.inf, -math.inf, 1e300, -1e300, 1e-300, 5e-324, 0, -1, 0.5, 1, 3, 64,
-                      2**63, 10**30, -(10**30), "", "x" * 50, [], {}, [1, 2], {"a": 1}, True, False, None,
-                      "roofline", "bf16", "lognormal", "disaggregated"]
+BASE = {
+    "name": "fuzz",
+    "model": "llama-3.1-70b",
+    "traffic": {"concurrency": 2, "requests": 3, "prompt_tokens": 128, "output_tokens": 8},
+}
+SPECIAL: list[Any] = [
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e300,
+    -1e300,
+    1e-300,
+    5e-324,
+    0,
+    -1,
+    0.5,
+    1,
+    3,
+    64,
+    2**63,
+    10**30,
+    -(10**30),
+    "",
+    "x" * 50,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    True,
+    False,
+    None,
+    "roofline",
+    "bf16",
+    "lognormal",
+    "disaggregated",
+]
 
 
 def schema_paths() -> list[str]:
@@ -123,48 +154,71 @@ def test_fuzz_examples(tmp_path_factory: pytest.TempPathFactory) -> None:
     from simulator.config import loader
 
     paths = schema_paths()
-    hostile = st.one_of(st.sampled_from(SPECIAL), st.floats(), st.integers(-(10**20), 10**20),
-                        st.text(max_size=12), st.lists(st.integers(-5, 70), max_size=3))
+    hostile = st.one_of(
+        st.sampled_from(SPECIAL),
+        st.floats(),
+        st.integers(-(10**20), 10**20),
+        st.text(max_size=12),
+        st.lists(st.integers(-5, 70), max_size=3),
+    )
     plausible = st.one_of(st.integers(1, 16), st.floats(0.05, 1.0), st.sampled_from([8, 64, 0.9, True, False]))
     values = st.one_of(hostile, plausible)
     sane = {  # values a real scenario could hold: these examples mostly run, so the simulation is fuzzed too
-        "traffic.concurrency": st.integers(1, 8), "traffic.requests": st.integers(1, 24),
-        "traffic.prompt_tokens": st.integers(1, 4096), "traffic.output_tokens": st.integers(1, 64),
-        "traffic.shared_prefix_tokens": st.integers(0, 1024), "traffic.sessions.turns": st.integers(1, 3),
-        "deployment.decode.instances": st.integers(1, 3), "deployment.decode.tp": st.sampled_from([1, 2, 4, 8]),
+        "traffic.concurrency": st.integers(1, 8),
+        "traffic.requests": st.integers(1, 24),
+        "traffic.prompt_tokens": st.integers(1, 4096),
+        "traffic.output_tokens": st.integers(1, 64),
+        "traffic.shared_prefix_tokens": st.integers(0, 1024),
+        "traffic.sessions.turns": st.integers(1, 3),
+        "deployment.decode.instances": st.integers(1, 3),
+        "deployment.decode.tp": st.sampled_from([1, 2, 4, 8]),
         "deployment.decode.page_size": st.sampled_from([1, 16, 64, 256]),
-        "deployment.decode.max_running": st.integers(1, 64), "deployment.decode.chunk_size": st.integers(1, 8192),
+        "deployment.decode.max_running": st.integers(1, 64),
+        "deployment.decode.chunk_size": st.integers(1, 8192),
         "deployment.decode.max_batch_tokens": st.integers(1, 16384),
         "deployment.decode.mem_fraction": st.floats(0.3, 1.0),
         "deployment.decode.kv_cache": st.sampled_from(["bf16", "fp8_e4m3"]),
         "deployment.decode.weights": st.sampled_from(["bf16", "fp8", "int4"]),
-        "integrity.fault_rate": st.floats(0, 0.05), "prefix_cache.enabled": st.booleans(),
+        "integrity.fault_rate": st.floats(0, 0.05),
+        "prefix_cache.enabled": st.booleans(),
         "routing.policy": st.sampled_from(["round_robin", "least_kv", "session_affinity", "prefix_aware"]),
-        "seed": st.integers(0, 2**32), "slo.ttft_ms": st.floats(1, 1e4),
+        "seed": st.integers(0, 2**32),
+        "slo.ttft_ms": st.floats(1, 1e4),
     }
-    plausible_doc = st.lists(st.sampled_from(sorted(sane)).flatmap(lambda p: st.tuples(st.just(p), sane[p])),
-                             min_size=1, max_size=4).map(lambda changes: (changes, False))
-    structured = st.tuples(st.lists(st.tuples(st.sampled_from(paths), values), min_size=1, max_size=3),
-                           st.booleans())
+    plausible_doc = st.lists(
+        st.sampled_from(sorted(sane)).flatmap(lambda p: st.tuples(st.just(p), sane[p])), min_size=1, max_size=4
+    ).map(lambda changes: (changes, False))
+    structured = st.tuples(st.lists(st.tuples(st.sampled_from(paths), values), min_size=1, max_size=3), st.booleans())
     raw = st.one_of(
         st.text(max_size=300),
         st.binary(max_size=300),
         st.integers(1, 20_000).map(lambda d: "a: " + "[" * d + "]" * d),
         st.tuples(st.integers(1, 12), st.integers(1, 12)).map(lambda lw: bomb(*lw) + yaml.safe_dump(BASE)),
         st.text(max_size=8).map(lambda k: yaml.safe_dump({**BASE, k: 1})),  # any key, control characters too
-        st.sampled_from(["seed: 1\nseed: 2\n", "p: &p {tp: 8}\ndeployment: {decode: *p, prefill: *p}\n",
-                         "x: &x [*x]\n", "model: !!python/object:os.system ls\n"]).map(
-            lambda extra: yaml.safe_dump(BASE) + extra),
+        st.sampled_from(
+            [
+                "seed: 1\nseed: 2\n",
+                "p: &p {tp: 8}\ndeployment: {decode: *p, prefill: *p}\n",
+                "x: &x [*x]\n",
+                "model: !!python/object:os.system ls\n",
+            ]
+        ).map(lambda extra: yaml.safe_dump(BASE) + extra),
     )
     tmp = tmp_path_factory.mktemp("fuzz")
     stats: dict[str, Any] = {"max_s": 0.0, "outcomes": {}, "examples": 0, "errors": []}
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(case=st.one_of(structured.map(lambda c: ("structured", c)), raw.map(lambda r: ("raw", r)),
-                          plausible_doc.map(lambda c: ("structured", c)),
-                          st.tuples(st.sampled_from(paths), values).map(lambda s: ("set", s))),
-           verb=st.sampled_from(["capacity", "run", "run", "sweep"]))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(
+        case=st.one_of(
+            structured.map(lambda c: ("structured", c)),
+            raw.map(lambda r: ("raw", r)),
+            plausible_doc.map(lambda c: ("structured", c)),
+            st.tuples(st.sampled_from(paths), values).map(lambda s: ("set", s)),
+        ),
+        verb=st.sampled_from(["capacity", "run", "run", "sweep"]),
+    )
     def fuzz(case: tuple[str, Any], verb: str) -> None:
         kind, c = case
         stats["examples"] += 1
@@ -211,9 +265,11 @@ def test_fuzz_loader_and_cli_in_bounds(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         f"{__file__}::test_fuzz_examples"],
-        cwd=ROOT, env={**os.environ, CHILD: str(stats_path)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", f"{__file__}::test_fuzz_examples"],
+        cwd=ROOT,
+        env={**os.environ, CHILD: str(stats_path)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         preexec_fn=bounded,
     )
     t0 = time.monotonic()
@@ -226,10 +282,11 @@ def test_fuzz_loader_and_cli_in_bounds(tmp_path: Path) -> None:
     assert proc.returncode == 0, output[-4000:]
     stats = json.loads(stats_path.read_text())
     peak_mb = stats["peak_mb"] if stats.get("peak_mb") is not None else usage.ru_maxrss / 1024
-    print(f"fuzz: {stats['examples']} examples in {time.monotonic() - t0:.0f} s, slowest {stats['max_s']:.2f} s, "
-          f"outcomes {stats['outcomes']}, child peak RSS {peak_mb:.0f} MB")
+    print(
+        f"fuzz: {stats['examples']} examples in {time.monotonic() - t0:.0f} s, slowest {stats['max_s']:.2f} s, "
+        f"outcomes {stats['outcomes']}, child peak RSS {peak_mb:.0f} MB"
+    )
     assert stats["examples"] >= EXAMPLES
     assert stats["outcomes"].get("0", 0) > 0 and stats["outcomes"].get("2", 0) > 0  # both kinds of answer seen
     assert stats["max_s"] < EXAMPLE_SECONDS
     assert peak_mb < MEMORY_BOUND_MB
-

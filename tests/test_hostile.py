@@ -22,8 +22,9 @@ from simulator.workload import lengths, traces
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = str(ROOT / "scenarios" / "fleet-disaggregated.yaml")
 KV = str(ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml")
-SMALL = ("name: small\nmodel: llama-3.1-70b\n"
-         "traffic: {concurrency: 1, requests: 2, prompt_tokens: 64, output_tokens: 4}\n")
+SMALL = (
+    "name: small\nmodel: llama-3.1-70b\ntraffic: {concurrency: 1, requests: 2, prompt_tokens: 64, output_tokens: 4}\n"
+)
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -61,10 +62,12 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
 
 
 BOMB = 'a: &a ["x","x","x","x","x","x","x","x","x"]\n' + "".join(
-    f"{c}: &{c} [{','.join(['*' + chr(ord(c) - 1)] * 9)}]\n" for c in "bcdefghi")
+    f"{c}: &{c} [{','.join(['*' + chr(ord(c) - 1)] * 9)}]\n" for c in "bcdefghi"
+)
 
 
 # ------------------------------------------------------------------------------------------ the issue's table
+
 
 @pytest.mark.parametrize("verb", ["capacity", "run"])
 def test_billion_laughs(tmp_path, monkeypatch, capsys, verb: str) -> None:
@@ -88,9 +91,17 @@ def test_requests_1e9(monkeypatch, capsys) -> None:
 
 
 def test_sweep_of_a_million_points(tmp_path, monkeypatch, capsys) -> None:
-    sweep = "".join(f"  {p}: [{', '.join(str(i + 1) for i in range(10))}]\n" for p in
-                    ["seed", "traffic.concurrency", "traffic.requests", "deployment.decode.max_running",
-                     "deployment.decode.page_size", "slo.ttft_ms"])
+    sweep = "".join(
+        f"  {p}: [{', '.join(str(i + 1) for i in range(10))}]\n"
+        for p in [
+            "seed",
+            "traffic.concurrency",
+            "traffic.requests",
+            "deployment.decode.max_running",
+            "deployment.decode.page_size",
+            "slo.ttft_ms",
+        ]
+    )
     path = write(tmp_path / "s.yaml", SMALL + "sweep:\n" + sweep)
     err = refused(monkeypatch, capsys, "sweep", path, "--out", str(tmp_path / "out"))
     assert "sweep: 10 × 10 × 10 × 10 × 10 × 10 = 1,000,000 points, over the limit of 1,000" in err
@@ -107,27 +118,42 @@ def test_deep_nesting(tmp_path, monkeypatch, capsys) -> None:
     assert "nesting deeper than 64 levels" in err
 
 
-@pytest.mark.parametrize(("verb", "override", "expect"), [
-    ("capacity", "hardware.hbm_gib=.inf", "--set hardware.hbm_gib: Input should be a finite number"),
-    ("run", "traffic.duration_s=.inf", "--set traffic.duration_s: Input should be a finite number"),
-    ("run", "traffic.burst_cv=1e300", "--set traffic.burst_cv: 1e+300 is out of range"),
-    ("run", "traffic.prompt_tokens={dist: lognormal, median: 100, sigma: 1000}",
-     "--set traffic.prompt_tokens.sigma: 1,000 is out of range"),
-    ("run", "traffic.sessions.think_time_s=.inf", "--set traffic.sessions.think_time_s: Input should be a finite"),
-    ("run", "deployment.transfer.latency_ms=.inf", "--set deployment.transfer.latency_ms: Input should be a finite"),
-    ("capacity", "deployment.decode.reserve_gib=.inf", "--set deployment.decode.reserve_gib: Input should be a"),
-    ("run", "deployment.transfer.bandwidth_gbs=1e-300", "--set deployment.transfer.bandwidth_gbs: 1e-300 is out of"),
-    ("run", "traffic.rate=.nan", "--set traffic.rate: Input should be a finite number"),
-    ("run", "traffic.rate=-.inf", "--set traffic.rate: Input should be a finite number"),
-])
+@pytest.mark.parametrize(
+    ("verb", "override", "expect"),
+    [
+        ("capacity", "hardware.hbm_gib=.inf", "--set hardware.hbm_gib: Input should be a finite number"),
+        ("run", "traffic.duration_s=.inf", "--set traffic.duration_s: Input should be a finite number"),
+        ("run", "traffic.burst_cv=1e300", "--set traffic.burst_cv: 1e+300 is out of range"),
+        (
+            "run",
+            "traffic.prompt_tokens={dist: lognormal, median: 100, sigma: 1000}",
+            "--set traffic.prompt_tokens.sigma: 1,000 is out of range",
+        ),
+        ("run", "traffic.sessions.think_time_s=.inf", "--set traffic.sessions.think_time_s: Input should be a finite"),
+        (
+            "run",
+            "deployment.transfer.latency_ms=.inf",
+            "--set deployment.transfer.latency_ms: Input should be a finite",
+        ),
+        ("capacity", "deployment.decode.reserve_gib=.inf", "--set deployment.decode.reserve_gib: Input should be a"),
+        (
+            "run",
+            "deployment.transfer.bandwidth_gbs=1e-300",
+            "--set deployment.transfer.bandwidth_gbs: 1e-300 is out of",
+        ),
+        ("run", "traffic.rate=.nan", "--set traffic.rate: Input should be a finite number"),
+        ("run", "traffic.rate=-.inf", "--set traffic.rate: Input should be a finite number"),
+    ],
+)
 def test_non_finite_and_absurd_numbers(monkeypatch, capsys, verb: str, override: str, expect: str) -> None:
     assert expect in refused(monkeypatch, capsys, verb, FLEET, "--set", override, "--json")
 
 
 def test_duplicate_keys(tmp_path, monkeypatch, capsys) -> None:
     path = write(tmp_path / "d.yaml", "model: llama-3.1-70b\ndeployment:\n  decode:\n    tp: 8\n    tp: 2\n")
-    assert "line 5: YAML syntax error: duplicate key 'tp' (first on line 4)" in refused(monkeypatch, capsys,
-                                                                                       "capacity", path)
+    assert "line 5: YAML syntax error: duplicate key 'tp' (first on line 4)" in refused(
+        monkeypatch, capsys, "capacity", path
+    )
 
 
 def test_merge_keys_are_not_duplicates() -> None:
@@ -178,8 +204,9 @@ def test_profile_cuda_without_a_gpu(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_prompt_over_context(monkeypatch, capsys) -> None:
-    err = refused(monkeypatch, capsys, "run", FLEET, "--set", "model=llama-3.1-70b",
-                  "--set", "traffic.prompt_tokens=1000000")
+    err = refused(
+        monkeypatch, capsys, "run", FLEET, "--set", "model=llama-3.1-70b", "--set", "traffic.prompt_tokens=1000000"
+    )
     assert "--set traffic.prompt_tokens: prompts reach 3,009,216 tokens (the last of 3 turns" in err
     assert "over llama-3.1-70b's context of 131,072" in err
 
@@ -198,14 +225,21 @@ def test_answers_that_overflow_the_context_are_refused_or_cut(tmp_path, monkeypa
     as drawn when they are not, and cut (answer first kept, prompt trimmed) when truncation is chosen."""
     text = SMALL.replace("prompt_tokens: 64, output_tokens: 4", "prompt_tokens: 130000, output_tokens: 2000")
     err = refused(monkeypatch, capsys, "run", write(tmp_path / "a.yaml", text))
-    assert ("traffic.output_tokens: prompts of up to 130,000 tokens and answers of up to 2,000 reach 132,000, over "
-            "llama-3.1-70b's context of 131,072; shorten them or set traffic.truncate_to_context: true") in err
+    assert (
+        "traffic.output_tokens: prompts of up to 130,000 tokens and answers of up to 2,000 reach 132,000, over "
+        "llama-3.1-70b's context of 131,072; shorten them or set traffic.truncate_to_context: true"
+    ) in err
     text = SMALL.replace("output_tokens: 4", "output_tokens: {dist: lognormal, median: 400000, sigma: 0.1}")
     err = refused(monkeypatch, capsys, "run", write(tmp_path / "b.yaml", text))
     assert "traffic.prompt_tokens: request 0 (arriving at 0 s) has a 64-token prompt and a " in err
     assert "over the model's context of 131,072; set traffic.truncate_to_context: true" in err
-    code, err, out = cli(monkeypatch, capsys, "run", write(tmp_path / "c.yaml", text.replace(
-        "output_tokens:", "truncate_to_context: true, output_tokens:")), "--json")
+    code, err, out = cli(
+        monkeypatch,
+        capsys,
+        "run",
+        write(tmp_path / "c.yaml", text.replace("output_tokens:", "truncate_to_context: true, output_tokens:")),
+        "--json",
+    )
     assert code == 0, err
     m = json.loads(out)["metrics"]
     # Answers of ~400K tokens are cut to 131,071 (context − 1), leaving the prompt 1 token of its 64.
@@ -229,8 +263,18 @@ def test_profile_of_another_device(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_tp_larger_than_a_node(monkeypatch, capsys) -> None:
-    err = refused(monkeypatch, capsys, "capacity", FLEET, "--set", "model=llama-3.1-70b",
-                  "--set", "deployment.prefill.tp=16", "--set", "deployment.decode.tp=16")
+    err = refused(
+        monkeypatch,
+        capsys,
+        "capacity",
+        FLEET,
+        "--set",
+        "model=llama-3.1-70b",
+        "--set",
+        "deployment.prefill.tp=16",
+        "--set",
+        "deployment.decode.tp=16",
+    )
     assert "--set deployment.prefill.tp: 16 GPUs per instance, but h200 has 8 GPUs per node" in err
 
 
@@ -238,13 +282,18 @@ def test_nothing_arrives_is_a_warning_with_the_reason(tmp_path, monkeypatch, cap
     path = write(tmp_path / "s.yaml", "model: llama-3.1-70b\ntraffic: {rate: 0.001, duration_s: 1}\n")
     code, err, _ = cli(monkeypatch, capsys, "run", path)
     assert code == 0
-    assert err.strip().splitlines() == ["warning: no request arrived: traffic.rate 0.001/s over traffic.duration_s "
-                                        "1 s expects 0.001 arrivals, and none fell inside the duration"]
+    assert err.strip().splitlines() == [
+        "warning: no request arrived: traffic.rate 0.001/s over traffic.duration_s "
+        "1 s expects 0.001 arrivals, and none fell inside the duration"
+    ]
 
 
 def test_huge_trace_request_is_named_by_line(tmp_path, monkeypatch, capsys) -> None:
-    write(tmp_path / "t.jsonl", '{"arrival": 0, "prompt_tokens": 100, "output_tokens": 1}\n'
-                                '{"arrival": 1, "prompt_tokens": 10000000000, "output_tokens": 10}\n')
+    write(
+        tmp_path / "t.jsonl",
+        '{"arrival": 0, "prompt_tokens": 100, "output_tokens": 1}\n'
+        '{"arrival": 1, "prompt_tokens": 10000000000, "output_tokens": 10}\n',
+    )
     path = write(tmp_path / "s.yaml", "model: llama-3.1-70b\ntraffic: {trace: t.jsonl}\n")
     err = refused(monkeypatch, capsys, "run", path)
     assert "t.jsonl: line 2: 'prompt_tokens' must be an integer in [1, 100,000,000], got 10000000000" in err
@@ -252,10 +301,16 @@ def test_huge_trace_request_is_named_by_line(tmp_path, monkeypatch, capsys) -> N
 
 def test_rejected_requests_counted_by_reason(tmp_path, monkeypatch, capsys) -> None:
     """A prompt within the context but over what an empty instance's KV holds: rejected, and why."""
-    write(tmp_path / "t.jsonl", '{"arrival": 0, "prompt_tokens": 100, "output_tokens": 2}\n'
-                                '{"arrival": 1, "prompt_tokens": 120000, "output_tokens": 2}\n')
-    path = write(tmp_path / "s.yaml", "model: llama-3.1-70b\ntraffic: {trace: t.jsonl}\n"
-                                      "deployment: {decode: {mem_fraction: 0.9, reserve_gib: 108}}\n")
+    write(
+        tmp_path / "t.jsonl",
+        '{"arrival": 0, "prompt_tokens": 100, "output_tokens": 2}\n'
+        '{"arrival": 1, "prompt_tokens": 120000, "output_tokens": 2}\n',
+    )
+    path = write(
+        tmp_path / "s.yaml",
+        "model: llama-3.1-70b\ntraffic: {trace: t.jsonl}\n"
+        "deployment: {decode: {mem_fraction: 0.9, reserve_gib: 108}}\n",
+    )
     code, err, out = cli(monkeypatch, capsys, "run", path, "--json")
     assert code == 0, err
     m = json.loads(out)["metrics"]
@@ -268,12 +323,15 @@ def test_version(monkeypatch, capsys) -> None:
     assert code == 0 and out.startswith("phaseplan ")
 
 
-@pytest.mark.parametrize(("sets", "expect"), [
-    (["traffic.rate=abc"], "error: --set traffic.rate: Input should be a valid number"),
-    (["deployment.decode.mem_fraction=[[[[1]]]]"], "error: --set deployment.decode.mem_fraction:"),
-    (["traffic.rate=" + "[" * 1000], "error: --set traffic.rate: YAML over a limit: nesting deeper than 64"),
-    (["a." * 40 + "b=1"], "error: --set 'a.a.a.a"),
-])
+@pytest.mark.parametrize(
+    ("sets", "expect"),
+    [
+        (["traffic.rate=abc"], "error: --set traffic.rate: Input should be a valid number"),
+        (["deployment.decode.mem_fraction=[[[[1]]]]"], "error: --set deployment.decode.mem_fraction:"),
+        (["traffic.rate=" + "[" * 1000], "error: --set traffic.rate: YAML over a limit: nesting deeper than 64"),
+        (["a." * 40 + "b=1"], "error: --set 'a.a.a.a"),
+    ],
+)
 def test_set_errors_name_the_set(monkeypatch, capsys, sets: list[str], expect: str) -> None:
     args = [a for s in sets for a in ("--set", s)]
     assert refused(monkeypatch, capsys, "run", FLEET, *args).startswith(expect)
@@ -296,9 +354,14 @@ CLASS_AT: dict[str, tuple[tuple[str, ...], Any]] = {
     "SLO": (("slo",), lambda: {}),
     "Cost": (("cost",), lambda: {}),
 }
-LENGTH_BASE = {"value": {"dist": "fixed"}, "low": {"dist": "uniform"}, "high": {"dist": "uniform", "low": 1},
-               "median": {"dist": "lognormal"}, "max": {"dist": "lognormal", "median": 10},
-               "sigma": {"dist": "lognormal", "median": 10}}
+LENGTH_BASE = {
+    "value": {"dist": "fixed"},
+    "low": {"dist": "uniform"},
+    "high": {"dist": "uniform", "low": 1},
+    "median": {"dist": "lognormal"},
+    "max": {"dist": "lognormal", "median": 10},
+    "sigma": {"dist": "lognormal", "median": 10},
+}
 
 
 def bad_scenario(cls: str, field: str, value: Any) -> tuple[dict[str, Any], str]:
@@ -350,8 +413,11 @@ def test_each_bound(cls: str, field: str) -> None:
 
 def test_unlisted_numbers_have_the_default_bound() -> None:
     data, _ = bad_scenario("MLA", "kv_lora_rank", 10**16)
-    with pytest.raises(InputError, match=r"t.yaml: model.attention.kv_lora_rank: 1.00e\+16 is out of range: any "
-                                         r"number must lie in \[-1,000,000,000,000,000, 1,000,000,000,000,000\]"):
+    with pytest.raises(
+        InputError,
+        match=r"t.yaml: model.attention.kv_lora_rank: 1.00e\+16 is out of range: any "
+        r"number must lie in \[-1,000,000,000,000,000, 1,000,000,000,000,000\]",
+    ):
         loader.validate(data, "t.yaml")
     data["model"]["attention"]["kv_lora_rank"] = 512
     loader.validate(data, "t.yaml")
@@ -366,14 +432,17 @@ def test_profile_size_is_bounded(tmp_path, monkeypatch) -> None:
         profile.Profile.load(tmp_path / "p.json")
 
 
-@pytest.mark.parametrize(("text", "expect"), [
-    ("a: " + "x" * (safe_yaml.MAX_BYTES + 10), "larger than 1024 KiB"),
-    ("a: " + "[" * (safe_yaml.MAX_DEPTH + 1) + "]" * (safe_yaml.MAX_DEPTH + 1), "nesting deeper than 64"),
-    ("a: [" + ", ".join(["1"] * (safe_yaml.MAX_NODES + 1)) + "]", "expands to more than 200,000 nodes"),
-    ("a: &a [*a]\n", "recursive alias"),
-    ("a: 1" + "0" * 5000 + "\n", "integer too long"),
-    ("a: !!python/object:os.system x\n", "could not determine a constructor"),
-])
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("a: " + "x" * (safe_yaml.MAX_BYTES + 10), "larger than 1024 KiB"),
+        ("a: " + "[" * (safe_yaml.MAX_DEPTH + 1) + "]" * (safe_yaml.MAX_DEPTH + 1), "nesting deeper than 64"),
+        ("a: [" + ", ".join(["1"] * (safe_yaml.MAX_NODES + 1)) + "]", "expands to more than 200,000 nodes"),
+        ("a: &a [*a]\n", "recursive alias"),
+        ("a: 1" + "0" * 5000 + "\n", "integer too long"),
+        ("a: !!python/object:os.system x\n", "could not determine a constructor"),
+    ],
+)
 def test_yaml_limits(text: str, expect: str) -> None:
     with pytest.raises(InputError, match=expect):
         loader.load_text(text, "upload.yaml")
@@ -390,6 +459,7 @@ def test_load_text_is_the_file_loader() -> None:
 
 
 # ---------------------------------------------------------------------------------- the work budget's bounds
+
 
 def sc_of(text: str, *sets: str) -> Any:
     return loader.load_text(text, "t.yaml", sets)[0]
@@ -421,8 +491,13 @@ def test_budget_closed_loop_by_duration() -> None:
 
 
 def test_budget_output_tokens() -> None:
-    sc = sc_of(SMALL, "traffic.requests=1000", "traffic.output_tokens=2000000", "model=glm-5.2",
-               "traffic.truncate_to_context=true")
+    sc = sc_of(
+        SMALL,
+        "traffic.requests=1000",
+        "traffic.output_tokens=2000000",
+        "model=glm-5.2",
+        "traffic.truncate_to_context=true",
+    )
     with pytest.raises(InputError, match="traffic.output_tokens: about 2,000,000,000 output tokens"):
         budget.check(sc)
 
@@ -487,8 +562,9 @@ def test_deep_or_binary_trace_and_profile_files(tmp_path, monkeypatch, capsys) -
 
 
 def test_unknown_hardware_for_a_profile_names_the_option(tmp_path, monkeypatch, capsys) -> None:
-    err = refused(monkeypatch, capsys, "profile", "--device", "roofline", "--hardware", "tpu9",
-                  "--out", str(tmp_path / "p.json"))
+    err = refused(
+        monkeypatch, capsys, "profile", "--device", "roofline", "--hardware", "tpu9", "--out", str(tmp_path / "p.json")
+    )
     assert err.startswith("error: --hardware tpu9: unknown hardware preset 'tpu9'")
 
 
@@ -525,8 +601,11 @@ def test_control_characters_in_keys_stay_on_one_line(tmp_path, monkeypatch, caps
 def test_device_files_are_not_read_forever(tmp_path, monkeypatch, capsys, field: str) -> None:
     if not Path("/dev/zero").exists():
         pytest.skip("no /dev/zero here")
-    text = SMALL + "profile: /dev/zero\n" if field == "profile" else \
-        "model: llama-3.1-70b\ntraffic: {trace: /dev/zero, trace_format: phaseplan}\n"
+    text = (
+        SMALL + "profile: /dev/zero\n"
+        if field == "profile"
+        else "model: llama-3.1-70b\ntraffic: {trace: /dev/zero, trace_format: phaseplan}\n"
+    )
     err = refused(monkeypatch, capsys, "run", write(tmp_path / "s.yaml", text))
     assert "/dev/zero: " in err and "regular file" in err
 
@@ -541,17 +620,23 @@ def test_a_fifo_without_a_writer_is_refused_not_waited_on(tmp_path, monkeypatch,
         err = refused(monkeypatch, capsys, "run", str(fifo))
         assert f"{fifo}: scenario file is not a regular file (a FIFO)" in err
         return
-    traffic = (f"{{trace: {fifo}, trace_format: phaseplan}}" if role == "trace" else
-               f"{{requests: 2, concurrency: 1, prompt_tokens: {{dist: empirical, file: {fifo}}}, output_tokens: 4}}")
+    traffic = (
+        f"{{trace: {fifo}, trace_format: phaseplan}}"
+        if role == "trace"
+        else f"{{requests: 2, concurrency: 1, prompt_tokens: {{dist: empirical, file: {fifo}}}, output_tokens: 4}}"
+    )
     err = refused(monkeypatch, capsys, "run", write(tmp_path / "s.yaml", f"model: llama-3.1-70b\ntraffic: {traffic}\n"))
     assert f"{fifo}: {'trace' if role == 'trace' else 'length file'} is not a regular file" in err
 
 
 def test_a_file_error_caused_by_a_set_names_the_set(tmp_path, monkeypatch, capsys) -> None:
     """TP16 is fine on the file's 16-GPU nodes; a --set of the hardware breaks it: the error says which --set."""
-    path = write(tmp_path / "s.yaml", "model: llama-3.1-70b\ndeployment:\n  decode: {tp: 16}\n"
-                                      "hardware: {name: big, hbm_gib: 141, hbm_gbs: 4800, copy_gbs: 4300, "
-                                      "bf16_tflops: 790, fp8_tflops: 1580, nvlink_gbs: 900, gpus_per_node: 16}\n")
+    path = write(
+        tmp_path / "s.yaml",
+        "model: llama-3.1-70b\ndeployment:\n  decode: {tp: 16}\n"
+        "hardware: {name: big, hbm_gib: 141, hbm_gbs: 4800, copy_gbs: 4300, "
+        "bf16_tflops: 790, fp8_tflops: 1580, nvlink_gbs: 900, gpus_per_node: 16}\n",
+    )
     assert cli(monkeypatch, capsys, "capacity", path)[0] == 0  # valid as written
     err = refused(monkeypatch, capsys, "capacity", path, "--set", "hardware=h200")
     assert "s.yaml: line 3: deployment.decode.tp: 16 GPUs per instance, but h200 has 8 GPUs per node" in err
@@ -584,11 +669,19 @@ def test_a_sweep_whose_first_point_fails_still_reports(tmp_path, monkeypatch, ca
     assert len(rows) == 3
 
 
-@pytest.mark.parametrize(("device", "hardware", "same"), [
-    ("NVIDIA H200", "h200", True), ("h200 (roofline model)", "h200", True), ("NVIDIA B200", "h200", False),
-    ("b200 (roofline model)", "h200", False), ("x86_64", "cpu", True), ("AMD EPYC 7B13", "cpu", True),
-    ("NVIDIA H200", "cpu", False), ("x86_64", "h200", False),
-])
+@pytest.mark.parametrize(
+    ("device", "hardware", "same"),
+    [
+        ("NVIDIA H200", "h200", True),
+        ("h200 (roofline model)", "h200", True),
+        ("NVIDIA B200", "h200", False),
+        ("b200 (roofline model)", "h200", False),
+        ("x86_64", "cpu", True),
+        ("AMD EPYC 7B13", "cpu", True),
+        ("NVIDIA H200", "cpu", False),
+        ("x86_64", "h200", False),
+    ],
+)
 def test_profile_device_matching(device: str, hardware: str, same: bool) -> None:
     from simulator.pricing.device_match import same_device
 

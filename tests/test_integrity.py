@@ -31,9 +31,16 @@ def _run_decode(rate: float, kinds: list[str], seed: int, steps: int = 200) -> t
     """Drive one decode instance step by step; assert the fail-closed property at every step."""
     cache = PagedCache(num_pages=9000, page_size=16, prefix_caching=False)
     sched = Scheduler(
-        cache, max_running=64, max_batch_tokens=4096, chunk_size=4096, reserve_tokens=0, prefill_only=False,
-        tracker=CheckingTracker(), injector=FaultInjector(kinds, np.random.default_rng(seed)),
-        fault_rate=rate, rng=np.random.default_rng(seed + 1),
+        cache,
+        max_running=64,
+        max_batch_tokens=4096,
+        chunk_size=4096,
+        reserve_tokens=0,
+        prefill_only=False,
+        tracker=CheckingTracker(),
+        injector=FaultInjector(kinds, np.random.default_rng(seed)),
+        fault_rate=rate,
+        rng=np.random.default_rng(seed + 1),
     )
     ids = iter(range(1 << 30))
 

@@ -49,7 +49,7 @@ def test_simulator_modules_form_no_circle() -> None:
         state[m] = 1
         for n in sorted(edges[m]):
             if state.get(n) == 1:
-                circles.append(path[path.index(n):] + [n])
+                circles.append(path[path.index(n) :] + [n])
             elif n not in state:
                 visit(n, path + [n])
         state[m] = 2

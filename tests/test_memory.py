@@ -28,8 +28,13 @@ BF16 = 2
 
 def scenario(model: str, hardware: Any = "h200", **pool: Any) -> Scenario:
     """A colocated one-pool scenario, validated the way a YAML file is."""
-    data = {"name": "test", "model": model, "hardware": hardware,
-            "deployment": {"mode": "colocated", "decode": pool}, "traffic": {"concurrency": 1}}
+    data = {
+        "name": "test",
+        "model": model,
+        "hardware": hardware,
+        "deployment": {"mode": "colocated", "decode": pool},
+        "traffic": {"concurrency": 1},
+    }
     return loader.validate(data, "test")
 
 
@@ -49,9 +54,11 @@ def tokens(hbm_gib: float, mem_fraction: float, weights_bytes: float, kv_bytes: 
 
 H = 7168
 KIMI_MLA_LAYER = (
-    H * 1536 + 1536  # q_a_proj + q_a_layernorm
+    H * 1536
+    + 1536  # q_a_proj + q_a_layernorm
     + 1536 * 64 * (128 + 64)  # q_b_proj: q_lora → 64 heads × (nope + rope)
-    + H * (512 + 64) + 512  # kv_a_proj_with_mqa + kv_a_layernorm
+    + H * (512 + 64)
+    + 512  # kv_a_proj_with_mqa + kv_a_layernorm
     + 512 * 64 * (128 + 128)  # kv_b_proj: kv_lora → 64 heads × (nope + v)
     + 64 * 128 * H  # o_proj
 )
@@ -93,17 +100,26 @@ def test_kimi_int4_checkpoint_is_the_released_594_gb() -> None:
 def kimi_int4_tp8_weights() -> float:
     """Routed experts over 8 GPUs in INT4; other matrices split 8 ways in BF16; vectors, router replicated."""
     lora_norms = 61 * (1536 + 512)
-    split_bf16 = (KIMI["attention"] - lora_norms + KIMI["shared_experts"] + KIMI["dense_ffn"]
-                  + KIMI["embedding"] + KIMI["lm_head"])
+    split_bf16 = (
+        KIMI["attention"]
+        - lora_norms
+        + KIMI["shared_experts"]
+        + KIMI["dense_ffn"]
+        + KIMI["embedding"]
+        + KIMI["lm_head"]
+    )
     replicated = lora_norms + KIMI["router"] + KIMI["norms"]
     return KIMI["routed_experts"] * 0.5625 / 8 + split_bf16 * BF16 / 8 + replicated * BF16
 
 
-@pytest.mark.parametrize(("kv", "layout", "per_token", "published"), [
-    ("bf16", "flat", 61 * 576 * 2, 686_000),  # 61 layers × (512 + 64) latent × 2 B
-    ("fp8_e4m3", "flat", 61 * 576 * 1, 1_370_000),
-    ("fp8_e4m3", "tiled", 61 * (512 + 4 * 4 + 64 * 2), None),  # 656 B/layer: e4m3 + 4 fp32 scales + BF16 rope
-])
+@pytest.mark.parametrize(
+    ("kv", "layout", "per_token", "published"),
+    [
+        ("bf16", "flat", 61 * 576 * 2, 686_000),  # 61 layers × (512 + 64) latent × 2 B
+        ("fp8_e4m3", "flat", 61 * 576 * 1, 1_370_000),
+        ("fp8_e4m3", "tiled", 61 * (512 + 4 * 4 + 64 * 2), None),  # 656 B/layer: e4m3 + 4 fp32 scales + BF16 rope
+    ],
+)
 def test_kimi_tp8_h200_capacity(kv: str, layout: str, per_token: int, published: int | None) -> None:
     c = decode(scenario("kimi-k2.6", tp=8, weights="int4", kv_cache=kv, kv_layout=layout, mem_fraction=0.81))
     weights = kimi_int4_tp8_weights()
@@ -160,8 +176,12 @@ def test_no_room_for_a_page_does_not_fit() -> None:
 # ---------------------------------------------------------------- DeepSeek-V3
 
 DSV3_MLA_LAYER = (
-    H * 1536 + 1536 + 1536 * 128 * 192  # q_a, q_a_layernorm, q_b (128 heads)
-    + H * 576 + 512 + 512 * 128 * 256  # kv_a_proj_with_mqa, kv_a_layernorm, kv_b
+    H * 1536
+    + 1536
+    + 1536 * 128 * 192  # q_a, q_a_layernorm, q_b (128 heads)
+    + H * 576
+    + 512
+    + 512 * 128 * 256  # kv_a_proj_with_mqa, kv_a_layernorm, kv_b
     + 128 * 128 * H  # o_proj
 )
 DSV3_MOE_LAYER = 256 * 3 * H * 2048 + 3 * H * 2048 + 256 * H + 256  # routed, shared, router + bias
@@ -209,8 +229,12 @@ def test_deepseek_v3_fp8_tp8_h200() -> None:
 
 G = 6144
 GLM5_MLA_LAYER = (
-    G * 2048 + 2048 + 2048 * 64 * (192 + 64)  # q_a, q_a_layernorm, q_b
-    + G * 576 + 512 + 512 * 64 * (192 + 256)  # kv_a, kv_a_layernorm, kv_b
+    G * 2048
+    + 2048
+    + 2048 * 64 * (192 + 64)  # q_a, q_a_layernorm, q_b
+    + G * 576
+    + 512
+    + 512 * 64 * (192 + 256)  # kv_a, kv_a_layernorm, kv_b
     + 64 * 256 * G  # o_proj (v_head 256)
 )
 GLM5_INDEXER = 2048 * 32 * 128 + G * 128 + G * 32 + 2 * 128  # wq_b, wk, head weights, k LayerNorm (w + b)
@@ -224,8 +248,14 @@ GLM5 = {
     "embedding": 154880 * G,
     "lm_head": 154880 * G,
     "norms": 78 * 2 * G + G,
-    "mtp": 2 * G * G + 5 * G + GLM5_MLA_LAYER + GLM5_INDEXER  # eh_proj, norms, MLA, its own indexer
-    + 256 * 3 * G * 2048 + 3 * G * 2048 + 256 * G + 256,  # routed, shared, router + bias
+    "mtp": 2 * G * G
+    + 5 * G
+    + GLM5_MLA_LAYER
+    + GLM5_INDEXER  # eh_proj, norms, MLA, its own indexer
+    + 256 * 3 * G * 2048
+    + 3 * G * 2048
+    + 256 * G
+    + 256,  # routed, shared, router + bias
 }
 
 
@@ -339,8 +369,15 @@ def test_report_shape() -> None:
     r = memory.capacity_report(scenario("kimi-k2.6", weights="int4", mem_fraction=0.81))
     assert set(r) == {"pools", "checkpoint_gib", "params"}
     assert set(r["checkpoint_gib"]) == {"bf16", "fp8", "int4"} and set(r["params"]) == {"total", "active"}
-    assert {"weights_gib_per_gpu", "kv_bytes_per_token", "kv_budget_gib_per_gpu", "kv_tokens", "pages",
-            "fits", "reason"} <= set(r["pools"]["decode"])
+    assert {
+        "weights_gib_per_gpu",
+        "kv_bytes_per_token",
+        "kv_budget_gib_per_gpu",
+        "kv_tokens",
+        "pages",
+        "fits",
+        "reason",
+    } <= set(r["pools"]["decode"])
 
 
 def test_hardware_presets() -> None:
@@ -353,21 +390,27 @@ def test_hardware_presets() -> None:
 # ---------------------------------------------------------------- properties
 
 MODELS = presets.names("models")
-pools = st.fixed_dictionaries({
-    "tp": st.sampled_from([1, 2, 4, 8, 16]),
-    "weights": st.sampled_from(["bf16", "fp8", "int4"]),
-    "kv_cache": st.sampled_from(["bf16", "fp8_e4m3"]),
-    "mem_fraction": st.floats(0.05, 1.0),
-    "reserve_gib": st.floats(0.0, 40.0),
-    "page_size": st.sampled_from([1, 16, 64]),
-})
+pools = st.fixed_dictionaries(
+    {
+        "tp": st.sampled_from([1, 2, 4, 8, 16]),
+        "weights": st.sampled_from(["bf16", "fp8", "int4"]),
+        "kv_cache": st.sampled_from(["bf16", "fp8_e4m3"]),
+        "mem_fraction": st.floats(0.05, 1.0),
+        "reserve_gib": st.floats(0.0, 40.0),
+        "page_size": st.sampled_from([1, 16, 64]),
+    }
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(model=st.sampled_from(MODELS), hw=st.sampled_from(["h100", "h200", "b200"]), pool=pools,
-       other=st.floats(0.05, 1.0))
+@given(
+    model=st.sampled_from(MODELS), hw=st.sampled_from(["h100", "h200", "b200"]), pool=pools, other=st.floats(0.05, 1.0)
+)
 def test_tokens_never_negative_and_monotone_in_mem_fraction(
-    model: str, hw: str, pool: dict[str, Any], other: float,
+    model: str,
+    hw: str,
+    pool: dict[str, Any],
+    other: float,
 ) -> None:
     m, h = spec(model), HardwareSpec.model_validate(presets.hardware(hw))
     lo, hi = sorted([pool["mem_fraction"], other])
@@ -381,14 +424,29 @@ def test_tokens_never_negative_and_monotone_in_mem_fraction(
 
 
 @settings(max_examples=100, deadline=None)
-@given(layers=st.integers(1, 128), mtp=st.integers(0, 2), kv_lora=st.integers(64, 1024),
-       rope=st.integers(16, 128), tp=st.sampled_from([1, 2, 4, 8, 16]))
+@given(
+    layers=st.integers(1, 128),
+    mtp=st.integers(0, 2),
+    kv_lora=st.integers(64, 1024),
+    rope=st.integers(16, 128),
+    tp=st.sampled_from([1, 2, 4, 8, 16]),
+)
 def test_mla_fp8_flat_is_exactly_half_bf16(layers: int, mtp: int, kv_lora: int, rope: int, tp: int) -> None:
-    m = spec("kimi-k2.6").model_copy(update={
-        "layers": layers, "dense_layers": 0, "mtp_layers": mtp,
-        "attention": MLA(heads=64, q_lora_rank=1536, kv_lora_rank=kv_lora, qk_rope_head_dim=rope,
-                         qk_nope_head_dim=128, v_head_dim=128),
-    })
+    m = spec("kimi-k2.6").model_copy(
+        update={
+            "layers": layers,
+            "dense_layers": 0,
+            "mtp_layers": mtp,
+            "attention": MLA(
+                heads=64,
+                q_lora_rank=1536,
+                kv_lora_rank=kv_lora,
+                qk_rope_head_dim=rope,
+                qk_nope_head_dim=128,
+                v_head_dim=128,
+            ),
+        }
+    )
     bf16 = memory.kv_bytes_per_token(m, Pool(tp=tp, kv_cache="bf16"))
     fp8 = memory.kv_bytes_per_token(m, Pool(tp=tp, kv_cache="fp8_e4m3", kv_layout="flat"))
     assert bf16 == 2 * fp8 == (layers + mtp) * (kv_lora + rope) * 2  # replicated: independent of tp

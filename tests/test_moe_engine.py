@@ -27,6 +27,7 @@ LLAMA = ModelSpec(**presets.model("llama-3.1-70b"))
 
 # -- experts touched ------------------------------------------------------------------------------------------
 
+
 def test_power_law_loads_by_hand_many_tokens() -> None:
     """E = 4 experts, top-1, T = 8 tokens, alpha = 2. T·k = 8 > E, so loads are drawn on [1, 0.8·T = 6.4]; the
     inverse CDF at alpha 2 is x(u) = 1 / (1 − u·(1 − 1/6.4)) = 1 / (1 − 0.84375·u). At the quantiles u = 1/8,
@@ -57,8 +58,10 @@ def test_skewed_routing_touches_fewer_experts_and_streams_fewer_weights() -> Non
     assert sum(loads) == 64 * 8 and sum(v > 0 for v in loads) == 180
     assert uniform_experts(256, 8, 64) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 64))
     uniform, skewed = Pool(tp=8, weights="fp8"), Pool(tp=8, weights="fp8", moe_routing="power_law")
-    experts = {p.moe_routing: {dict(op.shape)["experts"] for op in step_ops(DSV3, p, 64, 4096)
-                               if op.family == "moe_gemm"} for p in (uniform, skewed)}
+    experts = {
+        p.moe_routing: {dict(op.shape)["experts"] for op in step_ops(DSV3, p, 64, 4096) if op.family == "moe_gemm"}
+        for p in (uniform, skewed)
+    }
     assert experts == {"uniform": {222}, "power_law": {180}}
     # arrays of row counts (a line priced for many counts at once) give each count's own answer
     pairs, touched = expert_routing.busiest_rank(256, 8, np.array([1, 64, 64]), 1, 1.01)
@@ -91,6 +94,7 @@ def test_power_law_and_expert_imbalance_are_not_both_set() -> None:
 
 
 # -- shared experts beside routed experts ---------------------------------------------------------------------
+
 
 def _stream_us(cost: CostModel, ops: list) -> float:
     return sum(cost._price(op)[0] * op.count for op in ops)
@@ -125,13 +129,13 @@ def test_the_longer_stream_is_the_one_kept() -> None:
     """Whichever stream is longer stays: with routed experts made free, the routed stream is the one left out."""
     ops = step_ops(DSV3, Pool(tp=8, weights="fp8"), 1, 1)
     routed, shared = moe_streams(DSV3, Pool(tp=8, weights="fp8"), 1)
-    kept = overlap.overlapped(ops, DSV3, Pool(tp=8, weights="fp8"), 1, False,
-                              lambda op: 0.0 if op in routed else 1.0)
+    kept = overlap.overlapped(ops, DSV3, Pool(tp=8, weights="fp8"), 1, False, lambda op: 0.0 if op in routed else 1.0)
     n = sum(op.count for op in ops)
     assert sum(op.count for op in kept) == n - sum(op.count for op in routed)
 
 
 # -- small kernels fused into their neighbours ----------------------------------------------------------------
+
 
 def _kernels(ops: list) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -171,9 +175,11 @@ def test_fusion_keeps_an_fp8_cache_write_its_own_kernel_and_bf16_weights_unquant
     assert _kernels(fp8_cache)["kv_write"] == 80
     bf16 = Pool(tp=8, weights="bf16")
     assert step_ops(LLAMA, bf16, 1, 8192, fused_moe=False) != step_ops(
-        LLAMA, bf16.model_copy(update={"fuse_elementwise": True}), 1, 8192)  # RoPE + KV write still fuse
+        LLAMA, bf16.model_copy(update={"fuse_elementwise": True}), 1, 8192
+    )  # RoPE + KV write still fuse
     assert _bytes(step_ops(LLAMA, bf16, 4, 8192)) + 80 * 4 * 256 * 4 == _bytes(
-        step_ops(LLAMA, bf16.model_copy(update={"fuse_elementwise": True}), 4, 8192))
+        step_ops(LLAMA, bf16.model_copy(update={"fuse_elementwise": True}), 4, 8192)
+    )
 
 
 def test_engine_defaults_leave_a_pools_json_as_before() -> None:

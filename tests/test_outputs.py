@@ -14,8 +14,9 @@ from cli_helpers import invoke
 from simulator.atomic import write_files
 from simulator.errors import InputError
 
-SMALL = ("name: small\nmodel: llama-3.1-70b\n"
-         "traffic: {concurrency: 1, requests: 2, prompt_tokens: 64, output_tokens: 4}\n")
+SMALL = (
+    "name: small\nmodel: llama-3.1-70b\ntraffic: {concurrency: 1, requests: 2, prompt_tokens: 64, output_tokens: 4}\n"
+)
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -68,8 +69,9 @@ def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys
     if stage == "budget":
         args += ["--max-requests", "1"]
     elif stage == "simulation":  # (a sweep keeps a failed point: there the whole sweep fails)
-        monkeypatch.setattr("simulator.results.result.simulate" if verb == "run" else
-                            "simulator.planning.sweeps.run_sweep", boom)
+        monkeypatch.setattr(
+            "simulator.results.result.simulate" if verb == "run" else "simulator.planning.sweeps.run_sweep", boom
+        )
     else:
         files = 1 if verb == "run" else 2 + 2 * len(flags)
         fail_on_rename(monkeypatch, 1 if stage == "first-rename" else files)
@@ -86,12 +88,14 @@ def test_failing_profile_leaves_out_as_it_was(tmp_path, monkeypatch, capsys, sta
         monkeypatch.setattr("kernels.profiler.write_modeled_profile", boom)
     else:
         fail_on_rename(monkeypatch, 1)
-    code, err = cli(monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out",
-                    str(tmp_path / "p.json"))
+    code, err = cli(
+        monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out", str(tmp_path / "p.json")
+    )
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert snapshot(tmp_path) == before
-    code, err = cli(monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out",
-                    str(tmp_path / "new" / "p.json"))
+    code, err = cli(
+        monkeypatch, capsys, "profile", "--device", "roofline", "--quick", "--out", str(tmp_path / "new" / "p.json")
+    )
     assert code == 2 and not (tmp_path / "new").exists()
 
 

@@ -38,8 +38,13 @@ DSV3 = ModelSpec(**presets.model("deepseek-v3"))
 
 
 def scenario(model: str = "deepseek-v3", hardware: str = "h200", **pool: Any) -> Scenario:
-    data = {"name": "t", "model": model, "hardware": hardware,
-            "deployment": {"mode": "colocated", "decode": pool}, "traffic": {"concurrency": 1}}
+    data = {
+        "name": "t",
+        "model": model,
+        "hardware": hardware,
+        "deployment": {"mode": "colocated", "decode": pool},
+        "traffic": {"concurrency": 1},
+    }
     return loader.validate(data, "test")
 
 
@@ -48,6 +53,7 @@ def only(ops: list[Op], family: str) -> list[Op]:
 
 
 # -- formats --------------------------------------------------------------------------------------------------
+
 
 def test_fp4_and_w4a8_bytes_per_weight_with_their_scales() -> None:
     nvfp4 = (4 + 8 / 16) / 8  # e2m1 + one FP8 e4m3 scale per 16 weights = 4.5 bits (per-tensor fp32: not counted)
@@ -75,16 +81,20 @@ def test_fp4_gemm_runs_fp4_tensor_cores_on_b200() -> None:
 
 
 def test_fp4_on_hopper_is_a_one_line_error() -> None:
-    with pytest.raises(InputError, match=r"deployment\.decode\.weights: nvfp4 needs FP4 tensor cores; hardware "
-                                         r"'h200' has none"):
+    with pytest.raises(
+        InputError,
+        match=r"deployment\.decode\.weights: nvfp4 needs FP4 tensor cores; hardware "
+        r"'h200' has none",
+    ):
         scenario(tp=8, weights="nvfp4")
     scenario(tp=8, weights="w4a8")  # INT4 weights with FP8 activations: Hopper has FP8 tensor cores
     assert capacity.capacity_report(scenario(hardware="b200", tp=8, weights="mxfp4"))["pools"]["decode"]["fits"]
 
 
 def test_fp4_on_hopper_from_the_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", "capacity", str(ROOT / "scenarios" / "b200-nvfp4.yaml"),
-                                      "--set", "hardware=h200"])
+    monkeypatch.setattr(
+        sys, "argv", ["phaseplan", "capacity", str(ROOT / "scenarios" / "b200-nvfp4.yaml"), "--set", "hardware=h200"]
+    )
     with pytest.raises(SystemExit) as e:
         main()
     out = capsys.readouterr()
@@ -99,8 +109,9 @@ def test_fp4_on_hopper_from_the_cli(monkeypatch: pytest.MonkeyPatch, capsys: pyt
 # in the FP8 checkpoint: MLA projections of 61 layers + the MTP layer, 3 dense FFNs, 58 + 1 shared experts and the
 # MTP eh_proj in FP8; embedding and lm_head in BF16.
 MLA_LAYER = H * 1536 + 1536 * 128 * (128 + 64) + H * (512 + 64) + 512 * 128 * (128 + 128) + 128 * 128 * H
-ATTENTION_SIDE = ((61 + 1) * MLA_LAYER + 3 * 3 * H * 18432 + (58 + 1) * 3 * H * 2048 + 2 * H * H) * FP8 \
-    + 2 * 129280 * H * 2
+ATTENTION_SIDE = (
+    (61 + 1) * MLA_LAYER + 3 * 3 * H * 18432 + (58 + 1) * 3 * H * 2048 + 2 * H * H
+) * FP8 + 2 * 129280 * H * 2
 EXPERT = 3 * H * 2048  # one routed expert's gate, up, down
 
 
@@ -147,6 +158,7 @@ def test_weights_per_rank_under_wide_ep_with_and_without_redundant_experts() -> 
 
 # -- DP attention and wide EP: the step -----------------------------------------------------------------------
 
+
 def test_all_to_all_bytes_per_decode_step() -> None:
     """Batch 256 over 32 DP ranks, EP 32 over 4 nodes: each rank receives 256 × 8 / 32 = 64 token-expert pairs
     per MoE layer; dispatch moves FP8 (7168 B + one fp32 scale per 128 values = 7,392 B a pair), combine BF16
@@ -161,7 +173,8 @@ def test_all_to_all_bytes_per_decode_step() -> None:
     # 0.80 × 50 GB/s); both move at once, the slower sets the time, plus the hardware's collective latency.
     b = 64 * 7392
     assert roofline.op_us("alltoall", a2a[b].params, H200) == pytest.approx(
-        H200.allreduce_latency_us + max(b * 7 / 32 / (900 * 0.40 * 1e3), b * 24 / 32 / (50 * 0.80 * 1e3)))
+        H200.allreduce_latency_us + max(b * 7 / 32 / (900 * 0.40 * 1e3), b * 24 / 32 / (50 * 0.80 * 1e3))
+    )
     # Each rank runs attention for its own 256 / 32 = 8 sequences with all 128 heads; no TP all-reduce.
     (attn,) = only(ops, "decode_attention_mla")
     assert (attn.params["batch"], attn.params["heads"]) == (8, 128)
@@ -180,13 +193,17 @@ def test_a_pool_without_the_new_fields_prices_as_before() -> None:
 
 # -- speculative decoding --------------------------------------------------------------------------------------
 
+
 def test_expected_tokens_per_step_for_an_acceptance_vector() -> None:
     spec = Speculative(method="mtp", draft_tokens=3, acceptance=[0.9, 0.7, 0.5])
     assert spec.tokens_per_step == pytest.approx(1 + 0.9 + 0.9 * 0.7 + 0.9 * 0.7 * 0.5)  # = 2.845
     assert Speculative(method="mtp", draft_tokens=1, acceptance=[0.85]).tokens_per_step == pytest.approx(1.85)
     assert Speculative(method="mtp", draft_tokens=2, acceptance=2.4).tokens_per_step == 2.4
-    for bad, msg in (({"draft_tokens": 2, "acceptance": 3.5}, "lies in"), ({"draft_tokens": 2, "acceptance": [0.9]},
-                     "one per position"), ({"draft_tokens": 1, "acceptance": [1.2]}, r"\[0, 1\]")):
+    for bad, msg in (
+        ({"draft_tokens": 2, "acceptance": 3.5}, "lies in"),
+        ({"draft_tokens": 2, "acceptance": [0.9]}, "one per position"),
+        ({"draft_tokens": 1, "acceptance": [1.2]}, r"\[0, 1\]"),
+    ):
         with pytest.raises(ValueError, match=msg):
             Speculative(method="mtp", **bad)
     with pytest.raises(InputError, match=r"speculative\.method: 'mtp' needs a model with MTP layers"):
@@ -194,8 +211,13 @@ def test_expected_tokens_per_step_for_an_acceptance_vector() -> None:
 
 
 def test_verify_step_reads_the_cache_once_for_k_plus_one_queries() -> None:
-    pool = Pool(tp=8, ep=8, weights="fp8", kv_cache="fp8_e4m3",
-                speculative=Speculative(method="mtp", draft_tokens=2, acceptance=[0.8, 0.6]))
+    pool = Pool(
+        tp=8,
+        ep=8,
+        weights="fp8",
+        kv_cache="fp8_e4m3",
+        speculative=Speculative(method="mtp", draft_tokens=2, acceptance=[0.8, 0.6]),
+    )
     verify = verify_ops(DSV3, pool, 64, 4096)
     (attn,) = only(verify, "decode_attention_mla")
     assert (attn.params["batch"], attn.params["heads"]) == (64, 16 * 3)  # 128 / 8 heads × 3 query positions
@@ -220,26 +242,39 @@ def test_a_speculative_decode_step_costs_one_verify_step_plus_its_drafts() -> No
     # rows): the shorter stream, priced alone, is left out of the step.
     routed, shared = (sum(cost.ops_breakdown(ops).values()) for ops in moe_streams(DSV3, pool, 2 * batch))
     assert step == pytest.approx(sum(whole.values()) - min(routed, shared), rel=1e-9)
-    serial = CostModel(DSV3, H200, pool.model_copy(update={"shared_expert_overlap": False}), Profile.roofline(H200),
-                       False)
-    assert float(serial.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0]) == \
-        pytest.approx(sum(whole.values()), rel=1e-9)  # the tokens it gives are drawn by the scheduler
+    serial = CostModel(
+        DSV3, H200, pool.model_copy(update={"shared_expert_overlap": False}), Profile.roofline(H200), False
+    )
+    assert float(serial.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0]) == pytest.approx(
+        sum(whole.values()), rel=1e-9
+    )  # the tokens it gives are drawn by the scheduler
     plain = CostModel(DSV3, H200, pool.model_copy(update={"speculative": None}), Profile.roofline(H200), False)
     one = float(plain.decode_step_s(batch, np.array([batch * ctx]), np.array([0]))[0])
     assert one < step < 1.85 * one  # verifying two positions and drafting one costs more than a step, less than τ
 
 
 def test_a_draft_model_adds_its_weights_and_kv() -> None:
-    sc = scenario("llama-3.1-70b", tp=8, weights="fp8", kv_cache="fp8_e4m3",
-                  speculative={"method": "draft", "draft_tokens": 4, "draft_model": "llama-3.1-8b",
-                               "acceptance": [0.8, 0.7, 0.6, 0.5]})
+    sc = scenario(
+        "llama-3.1-70b",
+        tp=8,
+        weights="fp8",
+        kv_cache="fp8_e4m3",
+        speculative={
+            "method": "draft",
+            "draft_tokens": 4,
+            "draft_model": "llama-3.1-8b",
+            "acceptance": [0.8, 0.7, 0.6, 0.5],
+        },
+    )
     pool = sc.deployment.decode
     plain = pool.model_copy(update={"speculative": None})
     draft = presets.model("llama-3.1-8b")
     assert draft["layers"] == 32
     # 8B draft on TP8: 32 layers × 2 × ceil(8 / 8) KV heads × 128 × 1 B (FP8) = 8,192 B per token per GPU extra.
-    assert capacity.kv_bytes_per_token(sc.model, plain) + 32 * 2 * 1 * 128 == \
-        capacity.capacity_report(sc)["pools"]["decode"]["kv_bytes_per_token"]
+    assert (
+        capacity.kv_bytes_per_token(sc.model, plain) + 32 * 2 * 1 * 128
+        == capacity.capacity_report(sc)["pools"]["decode"]["kv_bytes_per_token"]
+    )
     assert capacity.draft_weights_bytes_per_gpu(pool) > 0.9 * GIB
     ops = draft_ops(sc.model, pool, 16, 2048)
     assert {op.count for op in only(ops, "decode_attention_gqa")} == {32 * 4}  # 32 draft layers × 4 draft tokens
@@ -264,10 +299,16 @@ def test_a_dp_prefill_step_prices_the_busiest_ranks_chunks() -> None:
 def test_a_request_must_fit_one_dp_ranks_share_of_the_pages() -> None:
     from simulator.results.result import simulate
 
-    data = {"name": "t", "model": "deepseek-v3", "hardware": "h200",
-            "deployment": {"mode": "colocated", "decode": {"tp": 8, "dp": 8, "ep": 8, "weights": "fp8",
-                                                            "kv_cache": "fp8_e4m3", "mem_fraction": 0.69}},
-            "traffic": {"concurrency": 1, "requests": 2, "prompt_tokens": 64, "output_tokens": 4}}
+    data = {
+        "name": "t",
+        "model": "deepseek-v3",
+        "hardware": "h200",
+        "deployment": {
+            "mode": "colocated",
+            "decode": {"tp": 8, "dp": 8, "ep": 8, "weights": "fp8", "kv_cache": "fp8_e4m3", "mem_fraction": 0.69},
+        },
+        "traffic": {"concurrency": 1, "requests": 2, "prompt_tokens": 64, "output_tokens": 4},
+    }
     sc = loader.validate(data, "test")
     per_rank = capacity.capacity_report(sc)["pools"]["decode"]["per_rank"]["kv_tokens"]
     big = loader.validate({**data, "traffic": {**data["traffic"], "prompt_tokens": per_rank + 64}}, "test")
@@ -279,17 +320,26 @@ def test_a_request_must_fit_one_dp_ranks_share_of_the_pages() -> None:
     assert ok["scenario"]["hardware"]["scaleout_gbs"] == 50 and "fp4_tflops" not in ok["scenario"]["hardware"]
 
 
-@pytest.mark.parametrize(("setting", "expect"), [
-    ("deployment.decode.speculative.acceptance=3.5",
-     "--set deployment.decode.speculative.acceptance: a mean accepted length lies in [1, draft_tokens + 1 = 2]"),
-    ("deployment.decode.speculative={method: draft, draft_model: nope, acceptance: 1.5}",
-     "--set deployment.decode.speculative.draft_model: unknown model preset 'nope'"),
-    ("deployment.decode.dp=3", "--set deployment.decode.dp: 3 must divide tp 32"),
-])
-def test_bad_large_moe_settings_are_one_line_errors(setting: str, expect: str, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "argv", ["phaseplan", "capacity", str(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"),
-                                      "--set", setting])
+@pytest.mark.parametrize(
+    ("setting", "expect"),
+    [
+        (
+            "deployment.decode.speculative.acceptance=3.5",
+            "--set deployment.decode.speculative.acceptance: a mean accepted length lies in [1, draft_tokens + 1 = 2]",
+        ),
+        (
+            "deployment.decode.speculative={method: draft, draft_model: nope, acceptance: 1.5}",
+            "--set deployment.decode.speculative.draft_model: unknown model preset 'nope'",
+        ),
+        ("deployment.decode.dp=3", "--set deployment.decode.dp: 3 must divide tp 32"),
+    ],
+)
+def test_bad_large_moe_settings_are_one_line_errors(
+    setting: str, expect: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        sys, "argv", ["phaseplan", "capacity", str(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"), "--set", setting]
+    )
     with pytest.raises(SystemExit) as e:
         main()
     out = capsys.readouterr()

@@ -40,9 +40,18 @@ def test_plan_finds_the_fewest_decode_instances_and_one_fewer_misses() -> None:
     sc, raw = loader.load(KIMI, SHORT)
     slo = SLO.parse(LIMITS, sc)
     with Backend("local", 1) as b:
-        res = plan(raw, sc, str(KIMI), KIMI.parent, rate=1.0, slo=slo,
-                   space=spaces.parse(["deployment.decode.instances=1..4"]), objective="gpus", runners_up=1,
-                   backend=b)
+        res = plan(
+            raw,
+            sc,
+            str(KIMI),
+            KIMI.parent,
+            rate=1.0,
+            slo=slo,
+            space=spaces.parse(["deployment.decode.instances=1..4"]),
+            objective="gpus",
+            runners_up=1,
+            backend=b,
+        )
     w = res["winner"]
     d = w["overrides"]["deployment.decode.instances"]
     assert d > 1, "the test needs a rate that one decode instance cannot hold"
@@ -78,9 +87,14 @@ def test_a_trial_stopped_early_reaches_the_full_runs_verdict() -> None:
     assert full["completed"] == 64 and not slo.meets(full)
 
 
-@pytest.mark.parametrize("text, where", [
-    ("ttft_p95=1", "--slo 'ttft_p95=1'"), ("tpot_p95_ms=x", "--slo tpot_p95_ms"), ("attainment=2", "--slo attainment"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("ttft_p95=1", "--slo 'ttft_p95=1'"),
+        ("tpot_p95_ms=x", "--slo tpot_p95_ms"),
+        ("attainment=2", "--slo attainment"),
+    ],
+)
 def test_bad_slo_is_one_line_naming_it(text: str, where: str) -> None:
     sc, _ = loader.load(KIMI, SHORT)
     with pytest.raises(InputError, match=where.replace("'", ".")):
@@ -98,31 +112,58 @@ def test_plan_prunes_what_does_not_fit_before_simulating() -> None:
     sc, raw = loader.load(KIMI, SHORT)
     slo = SLO.parse(LIMITS, sc)
     with Backend("local", 1) as b:
-        res = plan(raw, sc, str(KIMI), KIMI.parent, rate=0.2, slo=slo,
-                   space=spaces.parse(["deployment.decode.weights=bf16,int4", "deployment.decode.tp=4,8"]),
-                   objective="gpus", runners_up=0, backend=b)
+        res = plan(
+            raw,
+            sc,
+            str(KIMI),
+            KIMI.parent,
+            rate=0.2,
+            slo=slo,
+            space=spaces.parse(["deployment.decode.weights=bf16,int4", "deployment.decode.tp=4,8"]),
+            objective="gpus",
+            runners_up=0,
+            backend=b,
+        )
     assert res["winner"]["overrides"] == {"deployment.decode.weights": "int4", "deployment.decode.tp": 8}
     fits = [r for r in res["rejected"] if r["reason"].startswith("does not fit")]
     assert len(fits) == 3 and all(r["pruned"] for r in fits)
     assert json.dumps(res, allow_nan=False)
 
 
-@pytest.mark.parametrize("args, says", [
-    (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances"), "--search"),
-    (("max-rate", str(KIMI), "--slo", "tpot_p95_ms=0"), "--slo tpot_p95_ms"),
-    (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances=3..1"), "empty range"),
-])
-def test_planner_bad_input_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                                   args: tuple[str, ...], says: str) -> None:
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances"), "--search"),
+        (("max-rate", str(KIMI), "--slo", "tpot_p95_ms=0"), "--slo tpot_p95_ms"),
+        (("plan", str(KIMI), "--rate", "1", "--search", "deployment.decode.instances=3..1"), "empty range"),
+    ],
+)
+def test_planner_bad_input_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], says: str
+) -> None:
     code, out, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and says in err
 
 
 def test_plan_json_has_the_promised_keys(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = invoke(monkeypatch, capsys, "plan", str(KIMI), "--rate", "0.5", "--search",
-                          "deployment.decode.instances=1,2", "--runners-up", "1", "--set", "traffic.requests=24",
-                          "--jobs", "1", "--json")
+    code, out, err = invoke(
+        monkeypatch,
+        capsys,
+        "plan",
+        str(KIMI),
+        "--rate",
+        "0.5",
+        "--search",
+        "deployment.decode.instances=1,2",
+        "--runners-up",
+        "1",
+        "--set",
+        "traffic.requests=24",
+        "--jobs",
+        "1",
+        "--json",
+    )
     assert code == 0, err
     doc = json.loads(out)
     w = doc["winner"]
@@ -133,10 +174,17 @@ def test_plan_json_has_the_promised_keys(monkeypatch: pytest.MonkeyPatch, capsys
 def test_pareto_frontier_csv_and_chart(tmp_path: Path) -> None:
     from simulator.planning.pareto import frontier, write
 
-    pts = [{"label": name, "tokens_per_s_per_gpu": tput, "token_basis": "output tokens", "tpot_p95_ms": tpot,
-            "ttft_p95_ms": ttft, "meets_slo": None}
-           for name, tput, tpot, ttft in [("a", 10, 20, 900), ("b", 20, 30, 800), ("c", 15, 35, 700),
-                                          ("d", 5, 40, 600)]]
+    pts = [
+        {
+            "label": name,
+            "tokens_per_s_per_gpu": tput,
+            "token_basis": "output tokens",
+            "tpot_p95_ms": tpot,
+            "ttft_p95_ms": ttft,
+            "meets_slo": None,
+        }
+        for name, tput, tpot, ttft in [("a", 10, 20, 900), ("b", 20, 30, 800), ("c", 15, 35, 700), ("d", 5, 40, 600)]
+    ]
     assert [pts[i]["label"] for i in frontier(pts, "tpot_p95_ms")] == ["a", "b"]
     assert [pts[i]["label"] for i in frontier(pts, "ttft_p95_ms")] == ["d", "c", "b"]
     csv_path, png_path = write(pts, "t", tmp_path / "x")
@@ -150,9 +198,18 @@ def test_cost_objective_on_a_colocated_study() -> None:
     sc, raw = loader.load(path, ["traffic.requests=24"])
     slo = SLO.parse("ttft_p95_ms=5000,tpot_p95_ms=30", sc)
     with Backend("local", 1) as b:
-        res = plan(raw, sc, str(path), path.parent, rate=0.5, slo=slo,
-                   space=spaces.parse(["deployment.decode.instances=1,2", "deployment.decode.kv_cache=bf16,fp8_e4m3"]),
-                   objective="cost", runners_up=1, backend=b)
+        res = plan(
+            raw,
+            sc,
+            str(path),
+            path.parent,
+            rate=0.5,
+            slo=slo,
+            space=spaces.parse(["deployment.decode.instances=1,2", "deployment.decode.kv_cache=bf16,fp8_e4m3"]),
+            objective="cost",
+            runners_up=1,
+            backend=b,
+        )
     w, r = res["winner"], res["runners_up"][0]
     assert w["overrides"]["deployment.decode.instances"] == 1
     assert w["cost_per_mtok_usd"] <= r["cost_per_mtok_usd"]
@@ -171,12 +228,23 @@ def test_a_traces_rate_is_turned_by_its_speed_up() -> None:
 def test_slo_verdicts_name_what_failed_first() -> None:
     sc, _ = loader.load(KIMI, SHORT)
     slo = SLO.parse("ttft_p95_ms=1000,tpot_p95_ms=20,attainment=0.99", sc)
-    ok = {"rejected": 0, "unfinished": 0, "aborted": 0, "requests": 100, "ttft_ms": {"p95": 900.0},
-          "tpot_ms": {"p95": 19.0}, "slo_attainment": 0.995}
+    ok = {
+        "rejected": 0,
+        "unfinished": 0,
+        "aborted": 0,
+        "requests": 100,
+        "ttft_ms": {"p95": 900.0},
+        "tpot_ms": {"p95": 19.0},
+        "slo_attainment": 0.995,
+    }
     assert slo.verdict(ok) is None
-    cases = [({"rejected": 2}, "does not fit"), ({"unfinished": 3}, "cannot sustain the rate"),
-             ({"ttft_ms": {"p95": 1200.0}}, "misses TTFT"), ({"tpot_ms": {"p95": 25.0}}, "misses TPOT"),
-             ({"slo_attainment": 0.98}, "misses attainment")]
+    cases = [
+        ({"rejected": 2}, "does not fit"),
+        ({"unfinished": 3}, "cannot sustain the rate"),
+        ({"ttft_ms": {"p95": 1200.0}}, "misses TTFT"),
+        ({"tpot_ms": {"p95": 25.0}}, "misses TPOT"),
+        ({"slo_attainment": 0.98}, "misses attainment"),
+    ]
     for change, reason in cases:
         assert slo.verdict({**ok, **change}).startswith(reason)
     assert slo.overrides() == {"slo.ttft_ms": 1000.0, "slo.tpot_ms": 20.0}
@@ -190,9 +258,19 @@ def test_a_candidate_over_the_work_limits_is_refused_not_simulated() -> None:
     sc, raw = loader.load(path, ["traffic.requests=24"])
     slo = SLO.parse("ttft_p95_ms=5000,tpot_p95_ms=30", sc)
     with Backend("local", 1) as b:
-        res = plan(raw, sc, str(path), path.parent, rate=0.5, slo=slo,
-                   space=spaces.parse(["deployment.decode.instances=1,2"]), objective="gpus", runners_up=0,
-                   backend=b, limits=Limits().with_max_requests(10))
+        res = plan(
+            raw,
+            sc,
+            str(path),
+            path.parent,
+            rate=0.5,
+            slo=slo,
+            space=spaces.parse(["deployment.decode.instances=1,2"]),
+            objective="gpus",
+            runners_up=0,
+            backend=b,
+            limits=Limits().with_max_requests(10),
+        )
         assert res["winner"] is None
         assert res["rejected"] and all(r["reason"].startswith("over the work limit: ") for r in res["rejected"])
         assert "about 24 requests, over the limit of 10" in res["rejected"][0]["reason"]

@@ -59,14 +59,16 @@ def test_thinned_shapes_fit_the_budget_and_span_every_table(everything: dict) ->
 
 def test_roofline_profile_holds_modeled_times_with_provenance(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "h200.json"
-    res = CliRunner().invoke(cli, ["profile", "--device", "roofline", "--hardware", "h200", "--out", str(out),
-                                   "--quick"])
+    res = CliRunner().invoke(
+        cli, ["profile", "--device", "roofline", "--hardware", "h200", "--out", str(out), "--quick"]
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(out.read_text())
     assert doc["source"] == "modeled" and doc["device"] == "h200 (roofline model)"
     assert doc["git_commit"] and doc["date"].endswith("Z") and doc["ceilings"]["copy_gbs"] == H200.copy_gbs
-    assert _shape_set({f: [e["shape"] for e in v] for f, v in doc["kernels"].items()}) == \
-        _shape_set(collect_shapes(quick=True))
+    assert _shape_set({f: [e["shape"] for e in v] for f, v in doc["kernels"].items()}) == _shape_set(
+        collect_shapes(quick=True)
+    )
     for family, entries in doc["kernels"].items():
         for e in entries:
             assert e["median_us"] == e["p10_us"] == e["p90_us"] == roofline.op_us(family, e["shape"], H200)
@@ -121,4 +123,3 @@ def test_cpu_profile_of_tiny_shapes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     e = doc["kernels"]["gemm"][1]
     assert prof.lookup("gemm", e["shape"]) == e["median_us"]
     assert prof.lookup("decode_indexer", TINY["decode_indexer"][0]) is None  # left to the roofline
-

@@ -41,8 +41,16 @@ def test_capacity_names_the_scheme(monkeypatch, capsys) -> None:
     code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--json", "--set", "deployment.decode.weights=int4")
     assert code == 0, text
     assert json.loads(text)["pools"]["decode"]["weights_scheme"].startswith("Kimi K2-style INT4")
-    code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--set", "deployment.decode.weights=int4",
-                         "--set", "deployment.decode.weights_scheme=int4-all-linear")
+    code, text = run_cli(
+        monkeypatch,
+        capsys,
+        "capacity",
+        glm,
+        "--set",
+        "deployment.decode.weights=int4",
+        "--set",
+        "deployment.decode.weights_scheme=int4-all-linear",
+    )
     assert code == 0 and "int4-all-linear: int4 g128 in every linear layer" in " ".join(text.split()), text
     kimi = str(ROOT / "scenarios" / "kimi-k2.6-decode.yaml")
     code, text = run_cli(monkeypatch, capsys, "capacity", kimi, "--json")

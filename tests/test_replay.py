@@ -66,8 +66,9 @@ def test_integrity_faults_are_caught_on_the_device_as_in_the_simulator() -> None
     replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
     assert ran["integrity"]["detected"] > 0
     assert replayed["integrity"] == ran["integrity"]  # same counts, same aborted requests and slots
-    assert [r.id for r in rsim.records.values() if r.status == "aborted"] == \
-        [r.id for r in sim.records.values() if r.status == "aborted"]
+    assert [r.id for r in rsim.records.values() if r.status == "aborted"] == [
+        r.id for r in sim.records.values() if r.status == "aborted"
+    ]
     trackers = rsim.timer.trackers.values()
     assert sum(t.checks for t in trackers) > 0  # the checks ran through the device tracker
 
@@ -118,8 +119,11 @@ def test_weights_drawn_on_a_device_have_the_formats_layout(fmt: str, group: int)
     from kernels.executor.weights import Weight
 
     w = Weight._random_device(torch.Generator().manual_seed(0), (3, 256, 384), fmt, group, torch.device("cpu"))
-    want = {"bf16": (torch.bfloat16, (3, 256, 384)), "fp8": (torch.float8_e4m3fn, (3, 256, 384)),
-            "int4": (torch.int32, (3, 256, 48))}[fmt]
+    want = {
+        "bf16": (torch.bfloat16, (3, 256, 384)),
+        "fp8": (torch.float8_e4m3fn, (3, 256, 384)),
+        "int4": (torch.int32, (3, 256, 48)),
+    }[fmt]
     assert (w.data.dtype, tuple(w.data.shape)) == want
     scales = {"bf16": None, "fp8": (3, 2, 3), "int4": (3, 256, 12)}[fmt]
     assert (None if w.scales is None else tuple(w.scales.shape)) == scales

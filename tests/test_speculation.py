@@ -58,8 +58,9 @@ class _Seq:
     """What the batch carries for a sequence here: nothing it reads."""
 
 
-def _joined(page_size: int, k: int, seqs: list[tuple[int, np.ndarray, int]], at: int
-            ) -> tuple[Speculation, DecodeBatch[_Seq], list[np.ndarray]]:
+def _joined(
+    page_size: int, k: int, seqs: list[tuple[int, np.ndarray, int]], at: int
+) -> tuple[Speculation, DecodeBatch[_Seq], list[np.ndarray]]:
     """A batch of sequences (row, drawn accepted counts a(g), cached tokens), each having produced one token."""
     spec = Speculative(method="mtp", draft_tokens=k, acceptance=1.0)
     s = Speculation(spec, seed=0, page_size=page_size)
@@ -101,10 +102,16 @@ def test_pages_and_context_of_a_run_of_verify_steps_by_hand() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 16), st.integers(1, 4), st.lists(st.tuples(st.integers(0, 200), st.integers(2, 60)),
-                                                        min_size=1, max_size=6), st.integers(0, 2**31), st.data())
-def test_a_run_needs_what_its_steps_need_one_by_one(page_size: int, k: int, shapes: list[tuple[int, int]],
-                                                    seed: int, data: st.DataObject) -> None:
+@given(
+    st.integers(1, 16),
+    st.integers(1, 4),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(2, 60)), min_size=1, max_size=6),
+    st.integers(0, 2**31),
+    st.data(),
+)
+def test_a_run_needs_what_its_steps_need_one_by_one(
+    page_size: int, k: int, shapes: list[tuple[int, int]], seed: int, data: st.DataObject
+) -> None:
     """`horizon` and `due` against plain per-step arithmetic: each step, each sequence needs pages for its cache plus
     k + 1 positions; it gains its draw at its output position, the last cut to what is left."""
     rng = np.random.default_rng(seed)
@@ -138,9 +145,17 @@ def test_a_run_needs_what_its_steps_need_one_by_one(page_size: int, k: int, shap
 
 
 def test_a_speculative_run_gives_its_drawn_tokens_and_repeats() -> None:
-    sc = scenario(**{"deployment.decode.speculative": {"method": "draft", "draft_tokens": 2,
-                                                       "draft_model": "llama-3.1-8b", "acceptance": [0.8, 0.5]},
-                     "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2000}})
+    sc = scenario(
+        **{
+            "deployment.decode.speculative": {
+                "method": "draft",
+                "draft_tokens": 2,
+                "draft_model": "llama-3.1-8b",
+                "acceptance": [0.8, 0.5],
+            },
+            "traffic.output_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2000},
+        }
+    )
     result, sim = simulate(sc)
     again, _ = simulate(sc)
     assert dumps(result) == dumps(again)
@@ -160,8 +175,9 @@ def test_chains_survive_leaves_and_the_store_compacting() -> None:
     """Sequences join and leave in any order while the chain store compacts and grows: a run's needs stay those of
     the sequences in the batch, computed afresh."""
     rng = np.random.default_rng(7)
-    seqs = [(100 + i, rng.integers(1, 4, size=int(rng.integers(300, 900))), int(rng.integers(0, 500)))
-            for i in range(40)]
+    seqs = [
+        (100 + i, rng.integers(1, 4, size=int(rng.integers(300, 900))), int(rng.integers(0, 500))) for i in range(40)
+    ]
     s, batch, _ = _joined(16, 2, seqs, at=0)
     for order in rng.permutation(np.arange(1, 41))[:25].tolist():
         batch.leave(order)

@@ -253,9 +253,7 @@ def test_diurnal_all_zero() -> None:
 
 
 def test_72k_open_loop_requests() -> None:
-    src = make_source(
-        Traffic(rate=20, requests=72000, prompt_tokens={"dist": "lognormal", "median": 2048}), 0
-    )
+    src = make_source(Traffic(rate=20, requests=72000, prompt_tokens={"dist": "lognormal", "median": 2048}), 0)
     reqs = src.initial()
     assert len(reqs) == 72000 and reqs[-1].id == 71999
     assert all(len(r.blocks) == r.prompt_tokens // BLOCK_TOKENS for r in reqs[:1000])
@@ -298,9 +296,7 @@ def sessions_of(issued: list[Request]) -> dict[int, list[Request]]:
 
 @pytest.mark.parametrize("loop", [{"rate": 2.0}, {"concurrency": 4}])
 def test_sessions_extend_their_prefix(loop: dict[str, float]) -> None:
-    traffic = Traffic(
-        **loop, requests=200, sessions={"turns": 4, "think_time_s": 3.0}, shared_prefix_tokens=200
-    )
+    traffic = Traffic(**loop, requests=200, sessions={"turns": 4, "think_time_s": 3.0}, shared_prefix_tokens=200)
     issued, done, most = drive(make_source(traffic, 7))
     assert len(issued) == 200 and [r.id for r in issued] == list(range(200))
     for turns in sessions_of(issued).values():
@@ -336,9 +332,7 @@ def test_shared_prefix_blocks() -> None:
 
 
 def test_unique_content_without_reuse() -> None:
-    reqs = make_source(
-        Traffic(rate=5, requests=500, prompt_tokens={"dist": "uniform", "low": 1, "high": 900}), 0
-    )
+    reqs = make_source(Traffic(rate=5, requests=500, prompt_tokens={"dist": "uniform", "low": 1, "high": 900}), 0)
     blocks = [b for r in reqs.initial() for b in r.blocks]
     assert len(blocks) == len(set(blocks)) > 0
     assert all(0 <= b < 2**63 for b in blocks)

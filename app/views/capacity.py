@@ -39,23 +39,35 @@ def typical_context(sc: Scenario) -> int:
 
 
 def render(study: Study, overrides: dict[str, Any]) -> None:
-    st.caption("Memory accounting only — arithmetic over the model and hardware presets, nothing simulated. "
-               "Per GPU: HBM × mem_fraction − weights − reserve = KV pool; the rest is headroom for activations, "
-               "CUDA graphs and communication buffers.")
+    st.caption(
+        "Memory accounting only — arithmetic over the model and hardware presets, nothing simulated. "
+        "Per GPU: HBM × mem_fraction − weights − reserve = KV pool; the rest is headroom for activations, "
+        "CUDA graphs and communication buffers."
+    )
     try:
         sc = scenario_for(study, overrides)
     except InputError as e:
         st.error(str(e))
         return
     model, hw = sc.model, sc.hardware
-    ctx = st.number_input("context per request (prompt + output tokens)", 1, 2_000_000, typical_context(sc), 256,
-                          key=knob(study, "capacity.context"),
-                          help="starts at the study's typical request; concurrency = pages ÷ pages per request")
-    st.markdown(f"**{model.name}** on **{hw.name}** ({num(hw.hbm_gib, 'GiB')} HBM per GPU) — "
-                "capacity: arithmetic from the presets (no profile involved)")
+    ctx = st.number_input(
+        "context per request (prompt + output tokens)",
+        1,
+        2_000_000,
+        typical_context(sc),
+        256,
+        key=knob(study, "capacity.context"),
+        help="starts at the study's typical request; concurrency = pages ÷ pages per request",
+    )
+    st.markdown(
+        f"**{model.name}** on **{hw.name}** ({num(hw.hbm_gib, 'GiB')} HBM per GPU) — "
+        "capacity: arithmetic from the presets (no profile involved)"
+    )
     pools = sc.deployment.pools()
-    gpus = {name: gpu_memory.gpu_memory(model, hw, pool, f"{name}: {pool.weights} weights, {pool.kv_cache} KV")
-            for name, pool in pools.items()}
+    gpus = {
+        name: gpu_memory.gpu_memory(model, hw, pool, f"{name}: {pool.weights} weights, {pool.kv_cache} KV")
+        for name, pool in pools.items()
+    }
     cols = st.columns(len(gpus))
     for col, (name, g) in zip(cols, gpus.items(), strict=True):
         pool = pools[name]
@@ -69,23 +81,37 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
             a.metric("KV tokens per instance", num(g.kv_tokens))
             b.metric(f"KV pages per instance (× {g.page_size})", num(g.pages))
             fit = g.concurrency(ctx)
-            a.metric(f"concurrency at {ctx:,} tokens", num(fit * pool.instances),
-                     help=f"requests whose KV fits at once in the pool: {fit:,} per instance × {pool.instances} "
-                          "instances; the scheduler also caps an instance "
-                          f"at max_running = {pool.max_running}")
+            a.metric(
+                f"concurrency at {ctx:,} tokens",
+                num(fit * pool.instances),
+                help=f"requests whose KV fits at once in the pool: {fit:,} per instance × {pool.instances} "
+                "instances; the scheduler also caps an instance "
+                f"at max_running = {pool.max_running}",
+            )
             b.metric("KV bytes per token per GPU", num(g.kv_bytes_per_token, "B"))
     st.altair_chart(charts.memory_bars(list(gpus.values())))
 
     focus = "decode"
     pool = pools[focus]
-    st.subheader(f"Formats side by side · {focus} pool ({pool.instances} × TP{pool.tp}, "
-                 f"mem_fraction {pool.mem_fraction:.2f})")
+    st.subheader(
+        f"Formats side by side · {focus} pool ({pool.instances} × TP{pool.tp}, mem_fraction {pool.mem_fraction:.2f})"
+    )
     st.caption("BF16 vs FP8 KV cache and FP8 vs INT4 weights for the same deployment; everything else as above.")
     vs = gpu_memory.variants(model, hw, pool)
-    st.table([{
-        "weights": v.weights, "KV cache": v.kv_cache, "weights GiB/GPU": num(v.weights_gib),
-        "KV pool GiB/GPU": num(v.kv_gib), "KV tokens/instance": num(v.kv_tokens), "pages": num(v.pages),
-        f"requests of {ctx:,} tokens/instance": num(v.concurrency(ctx)),
-        "fits": "yes" if v.fits else v.reason,
-    } for v in vs], hide_index=True)
+    st.table(
+        [
+            {
+                "weights": v.weights,
+                "KV cache": v.kv_cache,
+                "weights GiB/GPU": num(v.weights_gib),
+                "KV pool GiB/GPU": num(v.kv_gib),
+                "KV tokens/instance": num(v.kv_tokens),
+                "pages": num(v.pages),
+                f"requests of {ctx:,} tokens/instance": num(v.concurrency(ctx)),
+                "fits": "yes" if v.fits else v.reason,
+            }
+            for v in vs
+        ],
+        hide_index=True,
+    )
     st.altair_chart(charts.memory_bars(vs))

@@ -15,22 +15,33 @@ PARTS = ["weights", "KV pool", "reserve", "headroom"]
 
 def memory_bars(gpus: list[GpuMemory]) -> alt.Chart:
     """One stacked bar per GPU configuration: weights / KV pool / reserve / headroom, in GiB."""
-    rows = [{"GPU": g.label, "part": part, "GiB": round(v, 2), "order": PARTS.index(part)}
-            for g in gpus for part, v in g.segments().items()]
-    return alt.Chart(pd.DataFrame(rows)).mark_bar().encode(
-        x=alt.X("GPU:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=260)),
-        y=alt.Y("GiB:Q", title="GiB per GPU", stack="zero"),
-        color=alt.Color("part:N", sort=PARTS, title=None),
-        order=alt.Order("order:Q"),
-        tooltip=["GPU", "part", alt.Tooltip("GiB:Q", format=",.2f")],
+    rows = [
+        {"GPU": g.label, "part": part, "GiB": round(v, 2), "order": PARTS.index(part)}
+        for g in gpus
+        for part, v in g.segments().items()
+    ]
+    return (
+        alt.Chart(pd.DataFrame(rows))
+        .mark_bar()
+        .encode(
+            x=alt.X("GPU:N", title=None, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=260)),
+            y=alt.Y("GiB:Q", title="GiB per GPU", stack="zero"),
+            color=alt.Color("part:N", sort=PARTS, title=None),
+            order=alt.Order("order:Q"),
+            tooltip=["GPU", "part", alt.Tooltip("GiB:Q", format=",.2f")],
+        )
     )
 
 
 def histogram(values: np.ndarray, title: str) -> alt.Chart:
     """A distribution over requests, `title` naming the quantity and its unit."""
-    return alt.Chart(pd.DataFrame({"v": values})).mark_bar().encode(
-        x=alt.X("v:Q", bin=alt.Bin(maxbins=40), title=title),
-        y=alt.Y("count():Q", title="requests"),
+    return (
+        alt.Chart(pd.DataFrame({"v": values}))
+        .mark_bar()
+        .encode(
+            x=alt.X("v:Q", bin=alt.Bin(maxbins=40), title=title),
+            y=alt.Y("count():Q", title="requests"),
+        )
     )
 
 
@@ -38,21 +49,32 @@ def over_time(points: list[list[float]] | np.ndarray, title: str, percent: bool 
     """A series over simulated time, seconds on the x axis."""
     df = pd.DataFrame(np.asarray(points, dtype=float).reshape(-1, 2), columns=["t", "v"])
     y = alt.Y("v:Q", title=title, axis=alt.Axis(format="%") if percent else alt.Axis())
-    return alt.Chart(df).mark_line(interpolate="step-after").encode(
-        x=alt.X("t:Q", title="simulated time (s)"), y=y)
+    return alt.Chart(df).mark_line(interpolate="step-after").encode(x=alt.X("t:Q", title="simulated time (s)"), y=y)
 
 
 def step_time(by_family: dict[str, float]) -> alt.Chart:
     """Where one step's time goes: milliseconds by op family."""
     df = pd.DataFrame({"family": list(by_family), "ms": list(by_family.values())})
-    return alt.Chart(df).mark_bar().encode(
-        y=alt.Y("family:N", sort="-x", title=None), x=alt.X("ms:Q", title="ms per step"),
-        tooltip=["family", alt.Tooltip("ms:Q", format=",.2f")])
+    return (
+        alt.Chart(df)
+        .mark_bar()
+        .encode(
+            y=alt.Y("family:N", sort="-x", title=None),
+            x=alt.X("ms:Q", title="ms per step"),
+            tooltip=["family", alt.Tooltip("ms:Q", format=",.2f")],
+        )
+    )
 
 
 def curves(rows: list[dict[str, Any]], x_title: str, y: str, y_title: str) -> alt.Chart:
     """One line per configuration over the load axis."""
-    return alt.Chart(pd.DataFrame(rows)).mark_line(point=True).encode(
-        x=alt.X("x:Q", title=x_title), y=alt.Y(f"{y}:Q", title=y_title),
-        color=alt.Color("configuration:N", title=None, legend=alt.Legend(orient="bottom", columns=1)),
-        tooltip=["configuration", "x", y])
+    return (
+        alt.Chart(pd.DataFrame(rows))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("x:Q", title=x_title),
+            y=alt.Y(f"{y}:Q", title=y_title),
+            color=alt.Color("configuration:N", title=None, legend=alt.Legend(orient="bottom", columns=1)),
+            tooltip=["configuration", "x", y],
+        )
+    )

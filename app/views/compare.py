@@ -47,10 +47,20 @@ def _side_by_side(a: Run, b: Run) -> None:
     if not compare.same_traffic(a.result, b.result):
         st.warning("A and B did not serve the same traffic (traffic knobs or seed differ): deltas mix both effects.")
     rows = compare.deltas(a.result, b.result)
-    st.table([{"figure": d.label, "A": num(d.a, d.unit), "B": num(d.b, d.unit), "B − A": signed(d.change, d.unit),
-                   "change": "–" if d.ratio is None else f"{d.ratio:+.1%}".replace("-", "−"),
-                   "": "" if d.better is None else ("better" if d.better else "worse")}
-              for d in rows], hide_index=True)
+    st.table(
+        [
+            {
+                "figure": d.label,
+                "A": num(d.a, d.unit),
+                "B": num(d.b, d.unit),
+                "B − A": signed(d.change, d.unit),
+                "change": "–" if d.ratio is None else f"{d.ratio:+.1%}".replace("-", "−"),
+                "": "" if d.better is None else ("better" if d.better else "worse"),
+            }
+            for d in rows
+        ],
+        hide_index=True,
+    )
     st.caption(f"A: {source_tag(a.result)} · B: {source_tag(b.result)}")
 
 
@@ -77,11 +87,13 @@ def _curves(study: Study, overrides: dict[str, Any]) -> None:
     c1, c2, c3 = st.columns(3)
     vary = c1.selectbox("configurations differ in", list(VARY), key="curve:vary")
     options = VARY[vary]
-    values = c2.multiselect("configurations (up to 3)", options, default=options[:2], max_selections=3,
-                            key=f"curve:values:{vary}")
+    values = c2.multiselect(
+        "configurations (up to 3)", options, default=options[:2], max_selections=3, key=f"curve:values:{vary}"
+    )
     text = c3.text_input(f"{x_title}: values", _default_xs(load, own), key=f"curve:xs:{study.key}")
-    st.caption(f"Each point is the What-if configuration with the two fields set, capped at "
-               f"{CURVE_MAX_REQUESTS:,} requests.")
+    st.caption(
+        f"Each point is the What-if configuration with the two fields set, capped at {CURVE_MAX_REQUESTS:,} requests."
+    )
     try:
         xs = _parse_xs(text, load == "traffic.concurrency")
         points = compare.curve_points(vary, values, load, xs)
@@ -109,18 +121,26 @@ def _curves(study: Study, overrides: dict[str, Any]) -> None:
 def _progress(job: runs.Batch) -> None:
     """While the batch runs in the background: its progress, polled each second; the whole page when done."""
     if job.running:
-        st.progress(job.done / job.total, text=f"curves: {job.done} of {job.total} points simulated (in the "
-                                                "background: the page stays usable)")
+        st.progress(
+            job.done / job.total,
+            text=f"curves: {job.done} of {job.total} points simulated (in the background: the page stays usable)",
+        )
     else:
         st.rerun()
 
 
 def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load: str) -> None:
     x_title, unit = knobs.LOAD_LABELS[load]
-    rows = [{"configuration": f"{vary.split('.')[-1]}={p[vary]}", "x": p[load],
-             "output tok/s": r.result["metrics"]["output_tokens_per_s"],
-             "TPOT p95 ms": r.result["metrics"]["tpot_ms"]["p95"], "TTFT p95 ms": r.result["metrics"]["ttft_ms"]["p95"]}
-            for p, r in zip(points, done, strict=True)]
+    rows = [
+        {
+            "configuration": f"{vary.split('.')[-1]}={p[vary]}",
+            "x": p[load],
+            "output tok/s": r.result["metrics"]["output_tokens_per_s"],
+            "TPOT p95 ms": r.result["metrics"]["tpot_ms"]["p95"],
+            "TTFT p95 ms": r.result["metrics"]["ttft_ms"]["p95"],
+        }
+        for p, r in zip(points, done, strict=True)
+    ]
     x_axis = f"{x_title} ({unit})"
     a, b, c = st.columns(3)
     a.altair_chart(charts.curves(rows, x_axis, "output tok/s", "output throughput (tok/s)"))
@@ -129,6 +149,10 @@ def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load:
     capped = sum(r.capped for r in done)
     cut = f" · {capped} point(s) stopped at the {CURVE_MAX_REQUESTS:,}-request cap" if capped else ""
     st.caption(source_tag(done[0].result) + cut)
-    st.download_button("curve points (CSV)", scenario_io.results_csv([(p, r.result) for p, r in zip(points, done,
-                                                                                                     strict=True)]),
-                       file_name="curves.csv", mime="text/csv", key="dl-curves")
+    st.download_button(
+        "curve points (CSV)",
+        scenario_io.results_csv([(p, r.result) for p, r in zip(points, done, strict=True)]),
+        file_name="curves.csv",
+        mime="text/csv",
+        key="dl-curves",
+    )

@@ -53,11 +53,15 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
         st.error(str(e))
         return
     c1, c2 = st.columns(2)
-    slo = SLO(c1.number_input("SLO: p95 TTFT (ms)", 1.0, 1e7, float(sc.slo.ttft_ms), 100.0, "%.0f", key="plan:ttft"),
-              c2.number_input("SLO: p95 TPOT (ms)", 0.1, 1e5, float(sc.slo.tpot_ms), 1.0, "%.1f", key="plan:tpot"))
+    slo = SLO(
+        c1.number_input("SLO: p95 TTFT (ms)", 1.0, 1e7, float(sc.slo.ttft_ms), 100.0, "%.0f", key="plan:ttft"),
+        c2.number_input("SLO: p95 TPOT (ms)", 0.1, 1e5, float(sc.slo.tpot_ms), 1.0, "%.1f", key="plan:tpot"),
+    )
     if "traffic.duration_s" in sets:
-        st.caption(f"Each trial is the study's first {PLAN_MAX_REQUESTS:,} requests at the rate tried, so that an "
-                   "answer takes a minute or so; without these --set the CLI runs the study's own traffic.")
+        st.caption(
+            f"Each trial is the study's first {PLAN_MAX_REQUESTS:,} requests at the rate tried, so that an "
+            "answer takes a minute or so; without these --set the CLI runs the study's own traffic."
+        )
     raw = loader.apply_overrides({k: v for k, v in study.raw.items() if k != "sweep"}, sets)
     _max_rate(study, sets, raw, sc, slo)
     _plan(study, sets, raw, sc, slo)
@@ -65,15 +69,22 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
 
 def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario, slo: SLO) -> None:
     st.subheader("Max sustainable rate")
-    st.code(cli_line("max-rate", study.label, sets, f"--slo ttft_p95_ms={slo.ttft_p95_ms:g},"
-                                                    f"tpot_p95_ms={slo.tpot_p95_ms:g}"), language="bash")
+    st.code(
+        cli_line(
+            "max-rate", study.label, sets, f"--slo ttft_p95_ms={slo.ttft_p95_ms:g},tpot_p95_ms={slo.tpot_p95_ms:g}"
+        ),
+        language="bash",
+    )
     inputs = [study.key, sets, slo.to_json()]
     if st.button("Find max rate", key="plan:max-rate"):
         box = st.status("bisecting the rate…")
         try:
             with Backend("local", 1) as b:
-                _keep("max-rate", inputs, max_rate(raw, sc, study.label, study.base_dir, slo, b,
-                                                   on_trial=lambda line: box.write(line)))
+                _keep(
+                    "max-rate",
+                    inputs,
+                    max_rate(raw, sc, study.label, study.base_dir, slo, b, on_trial=lambda line: box.write(line)),
+                )
             box.update(label="done", state="complete")
         except InputError as e:
             box.update(label="no answer", state="error")
@@ -88,8 +99,10 @@ def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scena
     c.metric("TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"))
     d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$/M tok"))
     st.info(provenance_line(res))
-    st.table([{"rate": num(t["rate"]), "meets the SLO": "yes" if t["meets"] else t["reason"]}
-              for t in res["trials"]], hide_index=True)
+    st.table(
+        [{"rate": num(t["rate"]), "meets the SLO": "yes" if t["meets"] else t["reason"]} for t in res["trials"]],
+        hide_index=True,
+    )
 
 
 def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario, slo: SLO) -> None:
@@ -99,9 +112,16 @@ def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario,
     rate = c1.number_input(f"rate to plan for ({unit(sc)})", 0.001, 1e5, float(f"{own:.3g}"), 0.1, key="plan:rate")
     objective = c2.radio("objective", ["gpus", "cost"], horizontal=True, key="plan:objective")
     dims = spaces.default(sc)
-    st.code(cli_line("plan", study.label, sets, f"--rate {rate:g} --objective {objective} --slo "
-                                                f"ttft_p95_ms={slo.ttft_p95_ms:g},tpot_p95_ms={slo.tpot_p95_ms:g}"),
-            language="bash")
+    st.code(
+        cli_line(
+            "plan",
+            study.label,
+            sets,
+            f"--rate {rate:g} --objective {objective} --slo "
+            f"ttft_p95_ms={slo.ttft_p95_ms:g},tpot_p95_ms={slo.tpot_p95_ms:g}",
+        ),
+        language="bash",
+    )
     st.caption("searched: " + "; ".join(f"{k} in {v}" for k, v in dims.items()))
     inputs = [study.key, sets, slo.to_json(), rate, objective]
     if st.button("Plan", key="plan:plan"):
@@ -115,8 +135,23 @@ def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario,
 
         try:
             with Backend("local", 1) as b:
-                _keep("plan", inputs, plan(raw, sc, study.label, study.base_dir, rate=rate, slo=slo, space=dims,
-                                           objective=objective, runners_up=3, backend=b, on_done=tick))
+                _keep(
+                    "plan",
+                    inputs,
+                    plan(
+                        raw,
+                        sc,
+                        study.label,
+                        study.base_dir,
+                        rate=rate,
+                        slo=slo,
+                        space=dims,
+                        objective=objective,
+                        runners_up=3,
+                        backend=b,
+                        on_done=tick,
+                    ),
+                )
         except InputError as e:
             st.error(str(e))
         bar.empty()
@@ -133,7 +168,13 @@ def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario,
         a.metric("GPUs", num(w["gpus"]))
         b.metric(f"cost per M {w['cost_basis']}", num(w["cost_per_mtok_usd"], "$/M tok"))
         c.metric("TPOT p95", num(w["metrics"]["tpot_ms"]["p95"], "ms"))
-    st.table([{"runner-up": r["label"], "GPUs": r["gpus"], "cost": num(r["cost_per_mtok_usd"], "$/M tok")}
-              for r in res["runners_up"]], hide_index=True)
-    st.table([{"rejected": r["label"], "GPUs": r["gpus"], "why": r["reason"]} for r in res["rejected"]],
-             hide_index=True)
+    st.table(
+        [
+            {"runner-up": r["label"], "GPUs": r["gpus"], "cost": num(r["cost_per_mtok_usd"], "$/M tok")}
+            for r in res["runners_up"]
+        ],
+        hide_index=True,
+    )
+    st.table(
+        [{"rejected": r["label"], "GPUs": r["gpus"], "why": r["reason"]} for r in res["rejected"]], hide_index=True
+    )

@@ -30,9 +30,14 @@ def pick_study() -> Study:
     first = st.query_params.get("study", DEFAULT_STUDY)  # ?study=NAME links straight to a study
     name = sb.selectbox("study", names, index=names.index(first) if first in names else 0, key="study")
     study = _bundled(str(paths[name]))
-    up = sb.file_uploader("…or upload a scenario YAML", type=["yaml", "yml"], key="upload", max_upload_size=1,
-                          help=f"at most {scenario_io.MAX_UPLOAD_BYTES // 1024} KiB; relative file names resolve "
-                               "from scenarios/, and only files inside the project may be named")
+    up = sb.file_uploader(
+        "…or upload a scenario YAML",
+        type=["yaml", "yml"],
+        key="upload",
+        max_upload_size=1,
+        help=f"at most {scenario_io.MAX_UPLOAD_BYTES // 1024} KiB; relative file names resolve "
+        "from scenarios/, and only files inside the project may be named",
+    )
     if up is not None:
         try:
             study = scenario_io.from_upload(up.name, up.getvalue())
@@ -68,8 +73,9 @@ def deployment_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
     for name in pools:
         p = f"deployment.{name}."
         sb.subheader(f"{name} pool" if len(pools) > 1 else "pool (colocated: prefill and decode)")
-        chosen[p + "instances"] = sb.number_input("instances", 1, 1024, base[p + "instances"], 1,
-                                                  key=knob(study, p + "instances"))
+        chosen[p + "instances"] = sb.number_input(
+            "instances", 1, 1024, base[p + "instances"], 1, key=knob(study, p + "instances")
+        )
         c1, c2 = sb.columns(2)
         chosen[p + "tp"] = _select(c1, "TP (GPUs per instance)", TP_CHOICES, study, p + "tp", base)
         chosen[p + "ep"] = _select(c2, "EP groups", [1, 2, 4, 8], study, p + "ep", base)
@@ -77,8 +83,14 @@ def deployment_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
         chosen[p + "weights"] = _select(c1, "weights", knobs.WEIGHT_FORMATS, study, p + "weights", base)
         chosen[p + "kv_cache"] = _select(c2, "KV cache", knobs.KV_FORMATS, study, p + "kv_cache", base)
         own = float(base[p + "mem_fraction"])
-        chosen[p + "mem_fraction"] = sb.slider("mem_fraction (weights + KV share of HBM)", min(0.3, own), 1.0, own,
-                                               0.01, key=knob(study, p + "mem_fraction"))
+        chosen[p + "mem_fraction"] = sb.slider(
+            "mem_fraction (weights + KV share of HBM)",
+            min(0.3, own),
+            1.0,
+            own,
+            0.01,
+            key=knob(study, p + "mem_fraction"),
+        )
     return chosen
 
 
@@ -87,26 +99,37 @@ def _length_knob(col: Any, study: Study, label: str, path: str, base: dict[str, 
     if own["dist"] not in knobs.LENGTH_DISTS:
         col.caption(f"{label}: {own['dist']} from {own.get('file')} (not editable here)")
         return own
-    dist = col.selectbox(f"{label} distribution", knobs.LENGTH_DISTS, knobs.LENGTH_DISTS.index(own["dist"]),
-                         key=knob(study, path + ".dist"))
+    dist = col.selectbox(
+        f"{label} distribution",
+        knobs.LENGTH_DISTS,
+        knobs.LENGTH_DISTS.index(own["dist"]),
+        key=knob(study, path + ".dist"),
+    )
     centre = int(own.get("value") or own.get("median") or (own["low"] + own["high"]) // 2)
     k = knob(study, path + ".")
     if dist == "fixed":
-        out: dict[str, Any] = {"dist": "fixed", "value": col.number_input(
-            f"{label} tokens", 1, 2_000_000, int(own.get("value", centre)), key=k + "value")}
+        out: dict[str, Any] = {
+            "dist": "fixed",
+            "value": col.number_input(f"{label} tokens", 1, 2_000_000, int(own.get("value", centre)), key=k + "value"),
+        }
     elif dist == "uniform":
         a, b = col.columns(2)
-        out = {"dist": "uniform",
-               "low": a.number_input(f"{label} low", 1, 2_000_000, int(own.get("low", centre // 2)), key=k + "low"),
-               "high": b.number_input(f"{label} high", 1, 2_000_000, int(own.get("high", centre * 3 // 2)),
-                                      key=k + "high")}
+        out = {
+            "dist": "uniform",
+            "low": a.number_input(f"{label} low", 1, 2_000_000, int(own.get("low", centre // 2)), key=k + "low"),
+            "high": b.number_input(
+                f"{label} high", 1, 2_000_000, int(own.get("high", centre * 3 // 2)), key=k + "high"
+            ),
+        }
     else:
         a, b = col.columns(2)
-        out = {"dist": "lognormal",
-               "median": a.number_input(f"{label} median", 1.0, 2e6, float(own.get("median", centre)), 1.0,
-                                        format="%.0f", key=k + "median"),
-               "sigma": b.number_input(f"{label} sigma", 0.0, 3.0, float(own.get("sigma", 0.5)), 0.05,
-                                       key=k + "sigma")}
+        out = {
+            "dist": "lognormal",
+            "median": a.number_input(
+                f"{label} median", 1.0, 2e6, float(own.get("median", centre)), 1.0, format="%.0f", key=k + "median"
+            ),
+            "sigma": b.number_input(f"{label} sigma", 0.0, 3.0, float(own.get("sigma", 0.5)), 0.05, key=k + "sigma"),
+        }
     if "max" in own:
         out["max"] = own["max"]
     try:
@@ -136,18 +159,28 @@ def traffic_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
     sb.header("serving")
     if "traffic.shared_prefix_tokens" in base:
         chosen["traffic.shared_prefix_tokens"] = sb.number_input(
-            "shared system prompt (tokens)", 0, 1_000_000, base["traffic.shared_prefix_tokens"], 64,
-            key=knob(study, "traffic.shared_prefix_tokens"))
-    chosen["routing.policy"] = sb.selectbox("routing", knobs.ROUTING, knobs.ROUTING.index(base["routing.policy"]),
-                                            key=knob(study, "routing.policy"))
+            "shared system prompt (tokens)",
+            0,
+            1_000_000,
+            base["traffic.shared_prefix_tokens"],
+            64,
+            key=knob(study, "traffic.shared_prefix_tokens"),
+        )
+    chosen["routing.policy"] = sb.selectbox(
+        "routing", knobs.ROUTING, knobs.ROUTING.index(base["routing.policy"]), key=knob(study, "routing.policy")
+    )
     c1, c2 = sb.columns(2)
-    chosen["prefix_cache.enabled"] = c1.checkbox("prefix cache", base["prefix_cache.enabled"],
-                                                 key=knob(study, "prefix_cache.enabled"))
-    chosen["integrity.enabled"] = c2.checkbox("integrity check", base["integrity.enabled"],
-                                              key=knob(study, "integrity.enabled"))
+    chosen["prefix_cache.enabled"] = c1.checkbox(
+        "prefix cache", base["prefix_cache.enabled"], key=knob(study, "prefix_cache.enabled")
+    )
+    chosen["integrity.enabled"] = c2.checkbox(
+        "integrity check", base["integrity.enabled"], key=knob(study, "integrity.enabled")
+    )
     c3, c4 = sb.columns(2)
-    chosen["slo.ttft_ms"] = c3.number_input("SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_ms"]), 100.0, "%.0f",
-                                            key=knob(study, "slo.ttft_ms"))
-    chosen["slo.tpot_ms"] = c4.number_input("SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_ms"]), 1.0, "%.1f",
-                                            key=knob(study, "slo.tpot_ms"))
+    chosen["slo.ttft_ms"] = c3.number_input(
+        "SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_ms"]), 100.0, "%.0f", key=knob(study, "slo.ttft_ms")
+    )
+    chosen["slo.tpot_ms"] = c4.number_input(
+        "SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_ms"]), 1.0, "%.1f", key=knob(study, "slo.tpot_ms")
+    )
     return chosen

@@ -66,17 +66,23 @@ def show(study: Study, run: Run) -> None:
     m = r["metrics"]
     st.info(provenance_line(r))
     if run.capped:
-        st.warning(f"Interactive cap: this run stopped at {run.sets['traffic.requests']:,} requests, before the "
-                   f"study's own end; `phaseplan run {run.study}` runs all of it.")
+        st.warning(
+            f"Interactive cap: this run stopped at {run.sets['traffic.requests']:,} requests, before the "
+            f"study's own end; `phaseplan run {run.study}` runs all of it."
+        )
     tag = source_tag(r)
     sc = r["scenario"]
     cost = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
     if generating(m):
-        speed = [("output throughput", num(m["output_tokens_per_s"], "tok/s")),
-                 ("per GPU", num(m["output_tokens_per_s_per_gpu"], "tok/s"))]
+        speed = [
+            ("output throughput", num(m["output_tokens_per_s"], "tok/s")),
+            ("per GPU", num(m["output_tokens_per_s_per_gpu"], "tok/s")),
+        ]
     else:  # a prefill study: its requests answer one token, so what it serves is input
-        speed = [("input throughput", num(m["input_tokens_per_s"], "tok/s")),
-                 ("per GPU", num(m["input_tokens_per_s"] / m["gpus"], "tok/s"))]
+        speed = [
+            ("input throughput", num(m["input_tokens_per_s"], "tok/s")),
+            ("per GPU", num(m["input_tokens_per_s"] / m["gpus"], "tok/s")),
+        ]
     cells = [
         *speed,
         ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
@@ -89,9 +95,11 @@ def show(study: Study, run: Run) -> None:
     cols = st.columns(4)
     for i, (label, value) in enumerate(cells):
         cols[i % 4].metric(label, value, help=tag)
-    st.caption(f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
-               f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "
-               f"simulated time on {m['gpus']:,} GPUs · {tag}")
+    st.caption(
+        f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
+        f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "
+        f"simulated time on {m['gpus']:,} GPUs · {tag}"
+    )
     a, b = st.columns(2)
     if run.ttft_ms.size:
         a.altair_chart(charts.histogram(run.ttft_ms, "TTFT (ms)"))
@@ -106,17 +114,29 @@ def show(study: Study, run: Run) -> None:
         for kind, size in (("prefill_chunk", "tokens"), ("decode_step", "batch")):
             if pool != "summary" and kind in entry:
                 step = entry[kind]
-                cols[i % 2].caption(f"{pool} · {kind.replace('_', ' ')} ({size} {step[size]:,}): "
-                                    f"{num(step['ms'], 'ms')}")
+                cols[i % 2].caption(
+                    f"{pool} · {kind.replace('_', ' ')} ({size} {step[size]:,}): {num(step['ms'], 'ms')}"
+                )
                 cols[i % 2].altair_chart(charts.step_time(step["by_family"]))
                 i += 1
     c1, c2, c3, c4 = st.columns(4)
     if c1.button("Pin for Compare", key="pin"):
         st.session_state["pinned"] = run
         st.toast("pinned: change knobs, run, and open Compare")
-    c2.download_button("scenario (YAML)", scenario_io.scenario_yaml(study, run.overrides),
-                       file_name="scenario.yaml", mime="application/x-yaml", key="dl-yaml")
-    c3.download_button("result (JSON)", scenario_io.result_json(r), file_name="result.json",
-                       mime="application/json", key="dl-json")
-    c4.download_button("result (CSV)", scenario_io.results_csv([(run.overrides, r)]), file_name="result.csv",
-                       mime="text/csv", key="dl-csv")
+    c2.download_button(
+        "scenario (YAML)",
+        scenario_io.scenario_yaml(study, run.overrides),
+        file_name="scenario.yaml",
+        mime="application/x-yaml",
+        key="dl-yaml",
+    )
+    c3.download_button(
+        "result (JSON)", scenario_io.result_json(r), file_name="result.json", mime="application/json", key="dl-json"
+    )
+    c4.download_button(
+        "result (CSV)",
+        scenario_io.results_csv([(run.overrides, r)]),
+        file_name="result.csv",
+        mime="text/csv",
+        key="dl-csv",
+    )

@@ -96,8 +96,17 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sm: float) -> to
 class MLAAttention:
     """One layer's MLA on one rank: `heads` of the model's heads, the latent cache replicated."""
 
-    def __init__(self, a: MLA, hidden: int, heads: int, fmt: tuple[str, int], rope: Rope, gen: torch.Generator,
-                 dev: torch.device, act: torch.dtype) -> None:
+    def __init__(
+        self,
+        a: MLA,
+        hidden: int,
+        heads: int,
+        fmt: tuple[str, int],
+        rope: Rope,
+        gen: torch.Generator,
+        dev: torch.device,
+        act: torch.dtype,
+    ) -> None:
         self.a, self.heads = a, heads
         self.latent = a.kv_lora_rank + a.qk_rope_head_dim
         self.qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -112,10 +121,12 @@ class MLAAttention:
         self.kv_norm = torch.ones(a.kv_lora_rank, device=dev, dtype=act)
         self.w_kv_b = Weight.random(gen, (heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank), f, g, dev)
         # absorbed form (decode): W_UK and W_UV per head, BF16 for the batched GEMMs
-        self.w_uk = (torch.randn(heads, a.qk_nope_head_dim, a.kv_lora_rank, generator=gen, device=dev) /
-                     a.qk_nope_head_dim**0.5).to(act)
-        self.w_uv = (torch.randn(heads, a.kv_lora_rank, a.v_head_dim, generator=gen, device=dev) /
-                     a.kv_lora_rank**0.5).to(act)
+        self.w_uk = (
+            torch.randn(heads, a.qk_nope_head_dim, a.kv_lora_rank, generator=gen, device=dev) / a.qk_nope_head_dim**0.5
+        ).to(act)
+        self.w_uv = (
+            torch.randn(heads, a.kv_lora_rank, a.v_head_dim, generator=gen, device=dev) / a.kv_lora_rank**0.5
+        ).to(act)
         self.w_o = Weight.random(gen, (hidden, heads * a.v_head_dim), f, g, dev)
         self.rope = rope
         self.sm = 1.0 / math.sqrt(self.qk)
@@ -147,10 +158,14 @@ class MLAAttention:
             d = b.decode
             q_lat = r("gemm", torch.bmm, q[:d, :, :nope].transpose(0, 1), self.w_uk)  # [h, d, kvl]
             q_full = torch.cat((q_lat.transpose(0, 1), q_rope[:d]), dim=-1)
-            o_lat = r("decode_attention_mla", self._verify if b.queries > 1 else self._decode, q_full, cache, layer,
-                      b)  # [d, h, kvl]
-            outs.append(r("gemm", torch.bmm, o_lat.transpose(0, 1).to(self.w_uv.dtype), self.w_uv)
-                        .transpose(0, 1).reshape(d, -1))
+            o_lat = r(
+                "decode_attention_mla", self._verify if b.queries > 1 else self._decode, q_full, cache, layer, b
+            )  # [d, h, kvl]
+            outs.append(
+                r("gemm", torch.bmm, o_lat.transpose(0, 1).to(self.w_uv.dtype), self.w_uv)
+                .transpose(0, 1)
+                .reshape(d, -1)
+            )
         for ch in b.chunks:
             ctx = cache.gather(layer, ch.slots)  # [C, latent]
             kvb = r("gemm", self.w_kv_b.matmul, ctx[:, :kvl].to(x.dtype)).view(-1, h, nope + a.v_head_dim)
@@ -178,8 +193,15 @@ class MLAAttention:
         return self._decode(q.reshape(n, b.queries * h, -1), cache, layer, folded).reshape(q.shape[0], h, -1)
 
 
-def mla_decode_cpu(q: torch.Tensor, cache: torch.Tensor, kvl: int, block_table: torch.Tensor, seq_lens: torch.Tensor,
-                   sm: float, scale: torch.Tensor | None) -> torch.Tensor:
+def mla_decode_cpu(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    kvl: int,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm: float,
+    scale: torch.Tensor | None,
+) -> torch.Tensor:
     """MLA decode on CPU as the replay runs it (and the CPU profile times it): the reference paged attention
     reading the cache in its stored format — latent rows are K, their first `kvl` values V; an FP8 cache's
     per-tensor scale goes on the query and the output; the tiled layout is unpacked first."""
@@ -191,8 +213,15 @@ def mla_decode_cpu(q: torch.Tensor, cache: torch.Tensor, kvl: int, block_table: 
     return out if scale is None else out * scale
 
 
-def gqa_decode_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_table: torch.Tensor,
-                   seq_lens: torch.Tensor, sm: float, scale: torch.Tensor | None) -> torch.Tensor:
+def gqa_decode_cpu(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    sm: float,
+    scale: torch.Tensor | None,
+) -> torch.Tensor:
     """GQA decode on CPU as the replay runs it: the reference over the stored K/V (one per-tensor FP8 scale)."""
     qs = q if scale is None else q * scale
     out = ref.paged_decode_attention(qs, k, v, block_table, seq_lens, sm)
@@ -209,8 +238,17 @@ def rotary_dim(a: MLA | GQA) -> int:
 class GQAAttention:
     """One layer's GQA on one rank: `heads` query heads and `kv_heads` K/V heads (replicated past the model's)."""
 
-    def __init__(self, a: GQA, hidden: int, heads: int, kv_heads: int, fmt: tuple[str, int], rope: Rope,
-                 gen: torch.Generator, dev: torch.device) -> None:
+    def __init__(
+        self,
+        a: GQA,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        fmt: tuple[str, int],
+        rope: Rope,
+        gen: torch.Generator,
+        dev: torch.device,
+    ) -> None:
         self.a, self.heads, self.kv_heads, self.d = a, heads, kv_heads, a.head_dim
         f, g = fmt
         self.w_qkv = Weight.random(gen, ((heads + 2 * kv_heads) * a.head_dim, hidden), f, g, dev)

@@ -42,8 +42,10 @@ from simulator.serving.scheduler import Plan
 GIB = 1024**3
 CPU_BUDGET_GIB = 4.0  # memory the CPU replay may take for weights and caches (a choice, stated in the Result)
 WEIGHT_SHARE = 0.8  # of the device budget, the most the ranks' weights may take before layers are subset
-BUCKET_RULE = ("decode batch exact; the batch's mean context, and each prefill chunk's tokens and context "
-               "before it, in quarter-octave buckets (round(4·log2 x))")
+BUCKET_RULE = (
+    "decode batch exact; the batch's mean context, and each prefill chunk's tokens and context "
+    "before it, in quarter-octave buckets (round(4·log2 x))"
+)
 
 
 def _shard(pool: Pool) -> tuple[Any, ...]:
@@ -76,8 +78,15 @@ class Families:
 class ReplayClock:
     """The step timer: `step_s(instance, plan)` runs the plan, returns its seconds (None: use the cost model)."""
 
-    def __init__(self, sc: Scenario, dev: torch.device, clock: str = "measured", budget_s: float = 120.0,
-                 samples: int = 3, shared: dict[tuple[Any, ...], RankModel] | None = None) -> None:
+    def __init__(
+        self,
+        sc: Scenario,
+        dev: torch.device,
+        clock: str = "measured",
+        budget_s: float = 120.0,
+        samples: int = 3,
+        shared: dict[tuple[Any, ...], RankModel] | None = None,
+    ) -> None:
         """`shared`: rank models kept across replays of one process (a sweep on one GPU builds a rank once)."""
         self.sc, self.dev, self.clock, self.budget_s, self.samples = sc, dev, clock, budget_s, samples
         self.shared = {} if shared is None else shared
@@ -116,8 +125,13 @@ class ReplayClock:
             if spec is not None and spec.draft_model is not None:
                 dkey = (spec.draft_model.name, _shard(draft_pool(pool)), "draft")
                 if dkey not in self.shared:
-                    self.shared[dkey] = RankModel(spec.draft_model, draft_pool(pool),
-                                                  LayerPlan.whole(spec.draft_model), self.dev, seed=sc.seed + 1)
+                    self.shared[dkey] = RankModel(
+                        spec.draft_model,
+                        draft_pool(pool),
+                        LayerPlan.whole(spec.draft_model),
+                        self.dev,
+                        seed=sc.seed + 1,
+                    )
                 self.drafts[name] = self.shared[dkey]
             elif spec is not None:
                 dkey = (sc.model.name, _shard(pool), "mtp")
@@ -127,8 +141,10 @@ class ReplayClock:
         ranks = [*self.runners.values(), *self.drafts.values()]
         left = self._free_bytes(sum({id(r): r.weight_bytes for r in ranks}.values()))
         insts = [(name, inst) for name, group in sim.pools.items() for inst in group]
-        need = {(name, i.index): i.cache.num_pages * i.cache.page_size * self._token_bytes(name, i.pool, plan)
-                for name, i in insts}
+        need = {
+            (name, i.index): i.cache.num_pages * i.cache.page_size * self._token_bytes(name, i.pool, plan)
+            for name, i in insts
+        }
         ratio = min(1.0, 0.9 * left / sum(need.values())) if need and left > 0 else 0.0
         for name, inst in insts:
             key2 = (name, inst.index)
@@ -145,7 +161,8 @@ class ReplayClock:
         """A token's bytes in an instance's caches: the target's layers run, and a draft model's whole."""
         d = self.drafts.get(name)
         return token_bytes(self.sc.model, pool, plan.layers) + (
-            token_bytes(d.model, d.pool, d.plan.layers) if d is not None else 0)
+            token_bytes(d.model, d.pool, d.plan.layers) if d is not None else 0
+        )
 
     def _layer_plan(self, pools: Any) -> LayerPlan:
         """Every layer if the ranks' weights fit in WEIGHT_SHARE of the device, else the first of each kind
@@ -158,8 +175,9 @@ class ReplayClock:
             return LayerPlan.whole(m)
         share = room / want
         dense, moe = m.layers - m.moe_layers, m.moe_layers
-        return LayerPlan(min(dense, max(1, math.floor(dense * share))) if dense else 0,
-                         max(1, math.floor(moe * share)) if moe else 0)
+        return LayerPlan(
+            min(dense, max(1, math.floor(dense * share))) if dense else 0, max(1, math.floor(moe * share)) if moe else 0
+        )
 
     def _free_bytes(self, weights: int) -> float:
         """Room for the KV caches once the weights are in."""
@@ -256,8 +274,9 @@ class ReplayClock:
         """The cost model's seconds for a step no bucket measured (books into a throw-away usage)."""
         d = plan.decode
         chunks = [(c, s.computed) for s, c in plan.prefill]
-        return inst.cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks,
-                                usage=Usage())
+        return inst.cost.step_s(
+            len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks, usage=Usage()
+        )
 
     def _collective(self, inst: Any, plan: Plan) -> float:
         """Priced seconds of the step's TP collectives (they depend on its tokens and sampled rows only); a verify
@@ -292,20 +311,30 @@ class ReplayClock:
     # -- what the Result says --------------------------------------------------------------------------------
     def provenance(self, device_name: str) -> dict[str, Any]:
         sc = self.sc
-        runs = "torch reference ops (kernels.reference), 1 thread" if self.dev.type == "cpu" else (
-            "Triton kernels of kernels/ (decode attention, KV write, W4A16, integrity check), cuBLAS and "
-            "torch._scaled_mm for BF16/FP8 GEMMs, SDPA for prefill attention")
+        runs = (
+            "torch reference ops (kernels.reference), 1 thread"
+            if self.dev.type == "cpu"
+            else (
+                "Triton kernels of kernels/ (decode attention, KV write, W4A16, integrity check), cuBLAS and "
+                "torch._scaled_mm for BF16/FP8 GEMMs, SDPA for prefill attention"
+            )
+        )
         total = sum(self.counts.values())
         return {
             "clock": self.clock,
             "device": device_name,
             "executed_with": runs,
-            "time_from": ("measured step times (executed or reused), priced collectives added"
-                          if self.clock == "measured" else "the cost model (steps executed for their side effects)"),
+            "time_from": (
+                "measured step times (executed or reused), priced collectives added"
+                if self.clock == "measured"
+                else "the cost model (steps executed for their side effects)"
+            ),
             "priced_not_measured": {
                 "collectives": "TP all-reduce / all-gather: the cost model's collective roofline, per step",
-                "kv_transfer": (f"the link model: {sc.deployment.transfer.latency_ms} ms + bytes / "
-                                f"{sc.deployment.transfer.bandwidth_gbs} GB/s per prompt, as in `run`"),
+                "kv_transfer": (
+                    f"the link model: {sc.deployment.transfer.latency_ms} ms + bytes / "
+                    f"{sc.deployment.transfer.bandwidth_gbs} GB/s per prompt, as in `run`"
+                ),
             },
             "seconds": {
                 "measured": round(self.measured_s, 6),
@@ -315,23 +344,48 @@ class ReplayClock:
                 "device_time_spent": round(self.device_s, 6),
             },
             "steps": {"total": total, **self.counts},
-            "buckets": {"rule": BUCKET_RULE, "count": len(self.buckets), "samples_each": self.samples,
-                        "budget_s": self.budget_s},
-            "ranks": {name: {"tp": r.pool.tp, "layers_run": {"dense": r.plan.dense, "moe": r.plan.moe},
-                             "layers": {"dense": sc.model.layers - sc.model.moe_layers, "moe": sc.model.moe_layers},
-                             "time_scaled": r.scaled, "weights_gib": round(r.weight_bytes / GIB, 4),
-                             "instances_share_weights": True}
-                      for name, r in self.runners.items()},
-            "kv_pages": {f"{name}/{i}": {"allocator": kv.logical, "physical": kv.physical,
-                                          "shared_physical_pages": kv.physical < kv.logical,
-                                          "gib": round(kv.nbytes / GIB, 4)}
-                         for (name, i), kv in self.kv.items()},
+            "buckets": {
+                "rule": BUCKET_RULE,
+                "count": len(self.buckets),
+                "samples_each": self.samples,
+                "budget_s": self.budget_s,
+            },
+            "ranks": {
+                name: {
+                    "tp": r.pool.tp,
+                    "layers_run": {"dense": r.plan.dense, "moe": r.plan.moe},
+                    "layers": {"dense": sc.model.layers - sc.model.moe_layers, "moe": sc.model.moe_layers},
+                    "time_scaled": r.scaled,
+                    "weights_gib": round(r.weight_bytes / GIB, 4),
+                    "instances_share_weights": True,
+                }
+                for name, r in self.runners.items()
+            },
+            "kv_pages": {
+                f"{name}/{i}": {
+                    "allocator": kv.logical,
+                    "physical": kv.physical,
+                    "shared_physical_pages": kv.physical < kv.logical,
+                    "gib": round(kv.nbytes / GIB, 4),
+                }
+                for (name, i), kv in self.kv.items()
+            },
             "integrity_check": "on the device against a device copy of the page tags" if self.trackers else "off",
-            **({"speculative": {name: {"draft": "mtp module" if isinstance(d, MTPModule) else d.model.name,
-                                       "weights_gib": round(d.weight_bytes / GIB, 4),
-                                       "verify": "k+1 decode rows per sequence, each over the cache up to itself",
-                                       "tokens_accepted": "drawn by the scheduler, as in `run`"}
-                                for name, d in self.drafts.items()}} if self.drafts else {}),
+            **(
+                {
+                    "speculative": {
+                        name: {
+                            "draft": "mtp module" if isinstance(d, MTPModule) else d.model.name,
+                            "weights_gib": round(d.weight_bytes / GIB, 4),
+                            "verify": "k+1 decode rows per sequence, each over the cache up to itself",
+                            "tokens_accepted": "drawn by the scheduler, as in `run`",
+                        }
+                        for name, d in self.drafts.items()
+                    }
+                }
+                if self.drafts
+                else {}
+            ),
         }
 
     def close(self) -> None:

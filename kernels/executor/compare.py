@@ -36,8 +36,14 @@ def _rel(sim: float | None, rep: float | None) -> float | None:
     return round(sim / rep - 1.0, 4)
 
 
-def compare(sc: Scenario, base_dir: Path | None, device: str, profile: str | None = None,
-            budget_s: float = 120.0, shared: dict[Any, Any] | None = None) -> dict[str, Any]:
+def compare(
+    sc: Scenario,
+    base_dir: Path | None,
+    device: str,
+    profile: str | None = None,
+    budget_s: float = 120.0,
+    shared: dict[Any, Any] | None = None,
+) -> dict[str, Any]:
     """`shared`: rank models kept across calls (see `ReplayClock`)."""
     if profile is not None:
         sc = sc.model_copy(update={"profile": profile})
@@ -52,8 +58,11 @@ def compare(sc: Scenario, base_dir: Path | None, device: str, profile: str | Non
     for fam in sorted(set(f.measured) | set(f.priced), key=lambda x: -f.measured.get(x, 0.0)):
         priced = f.priced.get(fam, 0.0) * 1e3 / max(1, f.steps)
         measured = f.measured.get(fam, 0.0) * 1e3 / max(1, f.steps)
-        families[fam] = {"priced_ms": round(priced, 4), "measured_ms": round(measured, 4),
-                         "rel_error": _rel(priced, measured)}
+        families[fam] = {
+            "priced_ms": round(priced, 4),
+            "measured_ms": round(measured, 4),
+            "rel_error": _rel(priced, measured),
+        }
     return {
         "metrics": metrics,
         "families": families,

@@ -49,8 +49,11 @@ def main() -> int:
     points = []
     for kv in KV:
         for conc in CONCURRENCY:
-            sets = (f"deployment.decode.kv_cache={kv}", f"traffic.concurrency={conc}",
-                    f"traffic.requests={max(4, 2 * conc)}")
+            sets = (
+                f"deployment.decode.kv_cache={kv}",
+                f"traffic.concurrency={conc}",
+                f"traffic.requests={max(4, 2 * conc)}",
+            )
             sc, _ = loader.load(STUDY, sets)
             t0 = time.monotonic()
             try:
@@ -62,10 +65,12 @@ def main() -> int:
                 gc.collect()
                 torch.cuda.empty_cache()
             m = doc["metrics"]
-            say(f"kv={kv:9} conc={conc:3}: throughput sim {m['output_tokens_per_s']['sim']:.1f} replay "
+            say(
+                f"kv={kv:9} conc={conc:3}: throughput sim {m['output_tokens_per_s']['sim']:.1f} replay "
                 f"{m['output_tokens_per_s']['replay']:.1f} ({m['output_tokens_per_s']['rel_error']:+.1%}), "
                 f"tpot p50 sim {m['tpot_ms.p50']['sim']} replay {m['tpot_ms.p50']['replay']} "
-                f"({time.monotonic() - t0:.0f} s)")
+                f"({time.monotonic() - t0:.0f} s)"
+            )
             points.append({"kv_cache": kv, "concurrency": conc, **doc})
     (out / "replay-compare.json").write_text(json.dumps(points, indent=1) + "\n")
     say(f"{len(points)}/{len(KV) * len(CONCURRENCY)} points compared; {time.monotonic() - start:.0f} s in all")

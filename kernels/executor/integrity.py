@@ -55,8 +55,9 @@ class DeviceTracker:
         if dev.type == "cuda":
             from kernels.integrity_check import integrity_check
 
-            status = integrity_check(table.to(torch.int32), recorded.to(torch.int32), tags.to(torch.int32),
-                                     lens.to(torch.int32))
+            status = integrity_check(
+                table.to(torch.int32), recorded.to(torch.int32), tags.to(torch.int32), lens.to(torch.int32)
+            )
             flagged = torch.nonzero(status).flatten()
             if not flagged.numel():
                 return [], int(lens_np.sum())
@@ -64,13 +65,16 @@ class DeviceTracker:
             index = flagged[index]
         else:
             index, slot, valid = first_bad(table, recorded, tags, lens)
-        out = [Violation(i, j, "tag_mismatch" if ok else "invalid_page")
-               for i, j, ok in zip(index.tolist(), slot.tolist(), valid.tolist(), strict=True)]
+        out = [
+            Violation(i, j, "tag_mismatch" if ok else "invalid_page")
+            for i, j, ok in zip(index.tolist(), slot.tolist(), valid.tolist(), strict=True)
+        ]
         return out, int(lens_np.sum())
 
 
-def first_bad(table: torch.Tensor, recorded: torch.Tensor, tags: torch.Tensor,
-              lens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def first_bad(
+    table: torch.Tensor, recorded: torch.Tensor, tags: torch.Tensor, lens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The batched check as whole-tensor torch ops (what the CPU replay runs and the CPU profile times; the
     reference `integrity_check` walks tables one by one in Python): for every table with a bad used slot, its
     index, its first bad slot and whether the page id there is valid (else it is out of range). A page id is

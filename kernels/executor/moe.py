@@ -35,16 +35,29 @@ class DenseFFN:
 
 
 class MoELayer:
-    def __init__(self, moe: MoE, hidden: int, tp: int, ep: int, fmt: tuple[str, int], shared_fmt: tuple[str, int],
-                 gen: torch.Generator, dev: torch.device, act: torch.dtype) -> None:
+    def __init__(
+        self,
+        moe: MoE,
+        hidden: int,
+        tp: int,
+        ep: int,
+        fmt: tuple[str, int],
+        shared_fmt: tuple[str, int],
+        gen: torch.Generator,
+        dev: torch.device,
+        act: torch.dtype,
+    ) -> None:
         self.moe = moe
         self.local = -(-moe.routed_experts // ep)
         inter = -(-moe.intermediate // (tp // ep))
         self.router = (torch.randn(moe.routed_experts, hidden, generator=gen, device=dev) / hidden**0.5).to(act)
         self.up = Weight.random(gen, (self.local, 2 * inter, hidden), *fmt, dev)
         self.down = Weight.random(gen, (self.local, hidden, inter), *fmt, dev)
-        self.shared = (DenseFFN(hidden, -(-moe.shared_experts * moe.intermediate // tp), shared_fmt, gen, dev)
-                       if moe.shared_experts else None)
+        self.shared = (
+            DenseFFN(hidden, -(-moe.shared_experts * moe.intermediate // tp), shared_fmt, gen, dev)
+            if moe.shared_experts
+            else None
+        )
 
     def _route(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
         """Top-k experts of each token by router score, weighted by a softmax over the chosen ones; the pairs on

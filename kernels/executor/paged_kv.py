@@ -46,8 +46,9 @@ def _elem_bytes(model: ModelSpec, pool: Pool) -> int:
 class PagedKV:
     """One instance's cache: `layers` layers of `physical` pages (+1 spare, never addressed by a live table)."""
 
-    def __init__(self, model: ModelSpec, pool: Pool, layers: int, logical: int, physical: int,
-                 dev: torch.device) -> None:
+    def __init__(
+        self, model: ModelSpec, pool: Pool, layers: int, logical: int, physical: int, dev: torch.device
+    ) -> None:
         self.model, self.pool, self.dev = model, pool, dev
         self.page_size = pool.page_size
         self.logical, self.physical = logical, physical

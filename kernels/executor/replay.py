@@ -29,8 +29,14 @@ def device_name(device: str) -> str:
     return f"{name}, torch on {n} thread{'s' if n > 1 else ''}"
 
 
-def replay(sc: Scenario, base_dir: Path | None, device: str, clock: str = "measured", budget_s: float = 120.0,
-           shared: dict[Any, Any] | None = None) -> tuple[dict[str, Any], Simulation]:
+def replay(
+    sc: Scenario,
+    base_dir: Path | None,
+    device: str,
+    clock: str = "measured",
+    budget_s: float = 120.0,
+    shared: dict[Any, Any] | None = None,
+) -> tuple[dict[str, Any], Simulation]:
     """The Result, and the finished simulation (its `timer` is the `ReplayClock`)."""
     dev = prepare(device)
     timer = ReplayClock(sc, dev, clock, budget_s, shared=shared)

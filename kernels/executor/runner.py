@@ -39,8 +39,10 @@ class LayerPlan:
 
     def factors(self, model: ModelSpec) -> tuple[float, float]:
         """Measured time of each kind is multiplied by these to stand for the whole rank."""
-        return ((model.layers - model.moe_layers) / self.dense if self.dense else 1.0,
-                model.moe_layers / self.moe if self.moe else 1.0)
+        return (
+            (model.layers - model.moe_layers) / self.dense if self.dense else 1.0,
+            model.moe_layers / self.moe if self.moe else 1.0,
+        )
 
     @classmethod
     def whole(cls, model: ModelSpec) -> LayerPlan:
@@ -74,12 +76,22 @@ class RankModel:
             else:
                 attn = GQAAttention(a, h, heads, -(-a.kv_heads // tp), attn_fmt, rope, gen, dev)
             if i < plan.dense:
-                ffn: object = DenseFFN(h, -(-model.dense_intermediate // tp), weight_format(model, pool, "dense_ffn"),
-                                       gen, dev)
+                ffn: object = DenseFFN(
+                    h, -(-model.dense_intermediate // tp), weight_format(model, pool, "dense_ffn"), gen, dev
+                )
             else:
                 assert model.moe is not None
-                ffn = MoELayer(model.moe, h, tp, pool.ep, weight_format(model, pool, "routed_experts"),
-                               weight_format(model, pool, "shared_experts"), gen, dev, self.act)
+                ffn = MoELayer(
+                    model.moe,
+                    h,
+                    tp,
+                    pool.ep,
+                    weight_format(model, pool, "routed_experts"),
+                    weight_format(model, pool, "shared_experts"),
+                    gen,
+                    dev,
+                    self.act,
+                )
             self.layers.append((attn, ffn))
         self.norm = torch.ones(h, device=dev, dtype=self.act)
         self.lm_head = Weight.random(gen, (self.vocab, h), *weight_format(model, pool, "lm_head"), dev)
@@ -100,8 +112,9 @@ class RankModel:
                     total += v.up.nbytes + v.down.nbytes
         return total
 
-    def forward(self, tokens: torch.Tensor, b: Batch, cache: PagedKV, last_rows: torch.Tensor,
-                sw: Stopwatch) -> tuple[torch.Tensor, float]:
+    def forward(
+        self, tokens: torch.Tensor, b: Batch, cache: PagedKV, last_rows: torch.Tensor, sw: Stopwatch
+    ) -> tuple[torch.Tensor, float]:
         """Sampled token of each `last_rows` row, and the seconds the layers not run would have added (0 when
         the rank runs whole)."""
         r = sw.run
@@ -138,8 +151,9 @@ class RankModel:
 def mtp_layer_model(model: ModelSpec) -> ModelSpec:
     """The model's MTP module as a model of its own: its decoder layer(s), with the main model's embedding and head
     (`simulator.pricing.ops.mtp_draft_ops` prices the same)."""
-    return model.model_copy(update={"layers": model.mtp_layers, "mtp_layers": 0,
-                                    "dense_layers": 0 if model.moe else model.mtp_layers})
+    return model.model_copy(
+        update={"layers": model.mtp_layers, "mtp_layers": 0, "dense_layers": 0 if model.moe else model.mtp_layers}
+    )
 
 
 class MTPModule(RankModel):

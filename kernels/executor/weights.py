@@ -53,7 +53,8 @@ class Weight:
     @property
     def nbytes(self) -> int:
         return self.data.numel() * self.data.element_size() + (
-            0 if self.scales is None else self.scales.numel() * self.scales.element_size())
+            0 if self.scales is None else self.scales.numel() * self.scales.element_size()
+        )
 
     @classmethod
     def random(cls, gen: torch.Generator, shape: tuple[int, ...], fmt: str, group: int, dev: torch.device) -> Weight:
@@ -65,8 +66,9 @@ class Weight:
         return cls._random_device(gen, shape, fmt, group, dev)
 
     @classmethod
-    def _random_device(cls, gen: torch.Generator, shape: tuple[int, ...], fmt: str, group: int,
-                       dev: torch.device) -> Weight:
+    def _random_device(
+        cls, gen: torch.Generator, shape: tuple[int, ...], fmt: str, group: int, dev: torch.device
+    ) -> Weight:
         """Drawn straight in the stored format (no float32 copy of a 70 GiB rank ever exists)."""
         k = shape[-1]
         if fmt == "bf16":
@@ -76,8 +78,7 @@ class Weight:
             blocks = (*shape[:-2], -(-shape[-2] // FP8_BLOCK), -(-k // FP8_BLOCK))
             return cls(fmt, 0, q, torch.full(blocks, k**-0.5, device=dev))
         if fmt == "int4":  # any int32 is eight valid nibbles: random packed words, scales of a unit-variance row
-            packed = torch.randint(-(2**31), 2**31, (*shape[:-1], k // 8), generator=gen, device=dev,
-                                   dtype=torch.int32)
+            packed = torch.randint(-(2**31), 2**31, (*shape[:-1], k // 8), generator=gen, device=dev, dtype=torch.int32)
             scales = torch.full((*shape[:-1], k // group), 0.22 * k**-0.5, device=dev, dtype=torch.bfloat16)
             return cls(fmt, group, packed, scales)
         raise ValueError(f"unknown weight format {fmt!r}")
@@ -111,8 +112,9 @@ class Weight:
         if self.fmt == "fp8":
             one = torch.ones((), device=x.device)
             w_scale = self.scales.max()  # type: ignore[union-attr]
-            return torch._scaled_mm(x.to(ref.FP8).contiguous(), self.data.T, scale_a=one, scale_b=w_scale,
-                                    out_dtype=torch.bfloat16)
+            return torch._scaled_mm(
+                x.to(ref.FP8).contiguous(), self.data.T, scale_a=one, scale_b=w_scale, out_dtype=torch.bfloat16
+            )
         from kernels.w4a16 import w4a16_gemm
 
         return w4a16_gemm(x.contiguous(), self.data, self.scales, self.group)
@@ -128,8 +130,9 @@ class Weight:
             return w4a16_moe_gemm(x, offsets.to(torch.int32), self.data, self.scales, self.group)
         if self.cpu_dense is None and self.fmt == "bf16":
             return torch._grouped_mm(x, self.data.transpose(1, 2), offs=offsets[1:].to(torch.int32))
-        out = x.new_empty(x.shape[0], self.data.shape[-2], dtype=torch.float32 if self.cpu_dense is not None
-                          else torch.bfloat16)
+        out = x.new_empty(
+            x.shape[0], self.data.shape[-2], dtype=torch.float32 if self.cpu_dense is not None else torch.bfloat16
+        )
         for e in range(len(bounds) - 1):  # one GEMM per touched expert (the profile's baseline)
             lo, hi = bounds[e], bounds[e + 1]
             if hi > lo:
@@ -137,5 +140,10 @@ class Weight:
         return out
 
     def _expert(self, e: int) -> Weight:
-        return Weight(self.fmt, self.group, self.data[e], None if self.scales is None else self.scales[e],
-                      None if self.cpu_dense is None else self.cpu_dense[e])
+        return Weight(
+            self.fmt,
+            self.group,
+            self.data[e],
+            None if self.scales is None else self.scales[e],
+            None if self.cpu_dense is None else self.cpu_dense[e],
+        )

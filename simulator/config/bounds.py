@@ -109,8 +109,9 @@ def _check_value(cls: str, name: str, value: Any, path: tuple[str, ...]) -> None
     elif isinstance(value, int | float) and not isinstance(value, bool):
         lo, hi, what = BOUNDS.get((cls, name), (-DEFAULT_LIMIT, DEFAULT_LIMIT, "any number"))
         if not lo <= value <= hi:
-            raise ValueError(f"{'.'.join(path)}: {_num(value)} is out of range: {what} must lie in "
-                             f"[{_num(lo)}, {_num(hi)}]")
+            raise ValueError(
+                f"{'.'.join(path)}: {_num(value)} is out of range: {what} must lie in [{_num(lo)}, {_num(hi)}]"
+            )
 
 
 def _num(v: float) -> str:

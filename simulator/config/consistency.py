@@ -21,9 +21,11 @@ def check_instances_fit_nodes(sc: Scenario) -> None:
     per_node = sc.hardware.gpus_per_node
     for name, pool in sc.deployment.pools().items():
         if pool.nodes == 1 and pool.tp > per_node:  # across nodes, config/parallel.py checks tp / nodes
-            raise ValueError(f"deployment.{name}.tp: {pool.tp} GPUs per instance, but {sc.hardware.name} has "
-                             f"{per_node} GPUs per node (set deployment.{name}.nodes for an instance that spans "
-                             "nodes)")
+            raise ValueError(
+                f"deployment.{name}.tp: {pool.tp} GPUs per instance, but {sc.hardware.name} has "
+                f"{per_node} GPUs per node (set deployment.{name}.nodes for an instance that spans "
+                "nodes)"
+            )
 
 
 def largest(length: Length) -> int | None:
@@ -57,10 +59,14 @@ def check_prompts_fit_context(sc: Scenario) -> None:
     turns = sc.traffic.sessions.turns
     how = f" (the last of {turns} turns, earlier turns and answers included)" if turns > 1 else ""
     if longest > context:
-        raise ValueError(f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s "
-                         f"context of {context:,}; shorten them or set traffic.truncate_to_context: true")
+        raise ValueError(
+            f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s "
+            f"context of {context:,}; shorten them or set traffic.truncate_to_context: true"
+        )
     answer = largest(sc.traffic.output_tokens)
     if answer is not None and longest + answer > context:
-        raise ValueError(f"traffic.output_tokens: prompts of up to {longest:,} tokens{how} and answers of up to "
-                         f"{answer:,} reach {longest + answer:,}, over {sc.model.name}'s context of {context:,}; "
-                         "shorten them or set traffic.truncate_to_context: true")
+        raise ValueError(
+            f"traffic.output_tokens: prompts of up to {longest:,} tokens{how} and answers of up to "
+            f"{answer:,} reach {longest + answer:,}, over {sc.model.name}'s context of {context:,}; "
+            "shorten them or set traffic.truncate_to_context: true"
+        )

@@ -30,8 +30,9 @@ def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], i
 def parse_text(text: str, name: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """Parse scenario text under the YAML limits of `safe_yaml`; `name` is what errors call it."""
     if len(text) > safe_yaml.MAX_BYTES:
-        raise InputError(f"{name}: scenario is larger than {safe_yaml.MAX_BYTES // 1024} KiB (the limit for YAML "
-                         "input)")
+        raise InputError(
+            f"{name}: scenario is larger than {safe_yaml.MAX_BYTES // 1024} KiB (the limit for YAML input)"
+        )
     try:
         data, node = safe_yaml.parse(text)
     except yaml.YAMLError as e:
@@ -103,7 +104,9 @@ def resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate(
-    data: dict[str, Any], source: str, lines: dict[tuple[str, ...], int] | None = None,
+    data: dict[str, Any],
+    source: str,
+    lines: dict[tuple[str, ...], int] | None = None,
     overridden: frozenset[str] = frozenset(),
 ) -> Scenario:
     """Validate a raw mapping; the first error names its YAML path (and line, or the --set it came from)."""
@@ -136,8 +139,9 @@ def validate(
         raise InputError(_located(tuple(path.split(".")), msg, source, lines, overridden)) from None
 
 
-def _located(loc: tuple[str, ...], msg: str, source: str, lines: dict[tuple[str, ...], int] | None,
-             overridden: frozenset[str]) -> str:
+def _located(
+    loc: tuple[str, ...], msg: str, source: str, lines: dict[tuple[str, ...], int] | None, overridden: frozenset[str]
+) -> str:
     """`--set PATH: msg` when a --set put the value there, else the file, its line and the YAML path — and the
     --sets given, since a cross-field rule may fail at a file's field because of one."""
     dotted = ".".join(loc) or "(top level)"
@@ -180,8 +184,9 @@ def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> t
     return _overridden(data, lines, name, sets)
 
 
-def _overridden(data: dict[str, Any], lines: dict[tuple[str, ...], int], name: str,
-                sets: list[str] | tuple[str, ...]) -> tuple[Scenario, dict[str, Any]]:
+def _overridden(
+    data: dict[str, Any], lines: dict[tuple[str, ...], int], name: str, sets: list[str] | tuple[str, ...]
+) -> tuple[Scenario, dict[str, Any]]:
     overrides = dict(parse_set(s) for s in sets)
     data = apply_overrides(data, overrides)
     return validate(data, name, lines, frozenset(overrides)), data

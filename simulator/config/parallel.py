@@ -91,8 +91,14 @@ class Speculative(BaseModel):
 
 # Pool fields of this module with their defaults: a pool's JSON leaves them out while they are off, so Results
 # of deployments that do not use them keep their bytes.
-POOL_DEFAULTS: dict[str, Any] = {"nodes": 1, "dp": 1, "redundant_experts": 0, "expert_imbalance": 1.0,
-                                 "speculative": None, "two_batch_overlap": False}
+POOL_DEFAULTS: dict[str, Any] = {
+    "nodes": 1,
+    "dp": 1,
+    "redundant_experts": 0,
+    "expert_imbalance": 1.0,
+    "speculative": None,
+    "two_batch_overlap": False,
+}
 
 
 def drop_defaults(data: dict[str, Any]) -> dict[str, Any]:
@@ -124,28 +130,37 @@ def check_pool(model: ModelSpec, hw: HardwareSpec, pool: Pool, where: str) -> No
     """The rules of this module for one pool; raises ValueError naming the field's path."""
     atp = pool.tp // pool.dp if pool.tp % pool.dp == 0 else 0
     if pool.weights in FP4_FORMATS and hw.fp4_tflops is None:
-        raise ValueError(f"{where}.weights: {pool.weights} needs FP4 tensor cores; hardware '{hw.name}' has none "
-                         "(use fp8, int4 or w4a8, or a GPU with FP4 such as b200)")
+        raise ValueError(
+            f"{where}.weights: {pool.weights} needs FP4 tensor cores; hardware '{hw.name}' has none "
+            "(use fp8, int4 or w4a8, or a GPU with FP4 such as b200)"
+        )
     if pool.tp % pool.nodes or (pool.nodes > 1 and pool.tp // pool.nodes > hw.gpus_per_node):  # (one node: as before)
-        raise ValueError(f"{where}.nodes: tp {pool.tp} over {pool.nodes} node(s) does not fit "
-                         f"{hw.gpus_per_node} GPUs per node (tp counts the instance's GPUs)")
+        raise ValueError(
+            f"{where}.nodes: tp {pool.tp} over {pool.nodes} node(s) does not fit "
+            f"{hw.gpus_per_node} GPUs per node (tp counts the instance's GPUs)"
+        )
     if not atp:
         raise ValueError(f"{where}.dp: {pool.dp} must divide tp {pool.tp} (attention TP = tp / dp)")
     if pool.nodes > 1 and atp > pool.tp // pool.nodes:
-        raise ValueError(f"{where}.dp: attention TP tp / dp = {atp} would span nodes (TP all-reduces over the "
-                         f"scale-out network are not modeled): raise dp to at least {pool.nodes}")
+        raise ValueError(
+            f"{where}.dp: attention TP tp / dp = {atp} would span nodes (TP all-reduces over the "
+            f"scale-out network are not modeled): raise dp to at least {pool.nodes}"
+        )
     if pool.dp > 1:
         if model.moe is None:
             raise ValueError(f"{where}.dp: DP attention is modeled with wide EP, which needs an MoE model")
         if pool.ep != pool.tp:
-            raise ValueError(f"{where}.ep: DP attention dispatches tokens to experts over every rank: set ep = tp "
-                             f"({pool.tp})")
+            raise ValueError(
+                f"{where}.ep: DP attention dispatches tokens to experts over every rank: set ep = tp ({pool.tp})"
+            )
     if pool.two_batch_overlap and pool.dp == 1:
-        raise ValueError(f"{where}.two_batch_overlap: overlaps the MoE all-to-alls of DP attention with compute; "
-                         "needs dp > 1")
+        raise ValueError(
+            f"{where}.two_batch_overlap: overlaps the MoE all-to-alls of DP attention with compute; needs dp > 1"
+        )
     if pool.redundant_experts and (model.moe is None or pool.ep == 1):
-        raise ValueError(f"{where}.redundant_experts: replicas spread experts over EP ranks; needs an MoE model "
-                         "and ep > 1")
+        raise ValueError(
+            f"{where}.redundant_experts: replicas spread experts over EP ranks; needs an MoE model and ep > 1"
+        )
     if pool.expert_imbalance != 1.0 and model.moe is None:
         raise ValueError(f"{where}.expert_imbalance: needs an MoE model")
     spec = pool.speculative
@@ -153,11 +168,15 @@ def check_pool(model: ModelSpec, hw: HardwareSpec, pool: Pool, where: str) -> No
         if where.endswith("prefill"):
             raise ValueError(f"{where}.speculative: speculation is a decode-pool setting")
         if spec.method == "mtp" and not model.mtp_layers:
-            raise ValueError(f"{where}.speculative.method: 'mtp' needs a model with MTP layers "
-                             f"({model.name} has none; use method draft)")
+            raise ValueError(
+                f"{where}.speculative.method: 'mtp' needs a model with MTP layers "
+                f"({model.name} has none; use method draft)"
+            )
         if spec.draft_model is not None and spec.draft_model.attention.heads % atp:
-            raise ValueError(f"{where}.speculative.draft_model: attention TP {atp} does not divide the draft's "
-                             f"{spec.draft_model.attention.heads} attention heads")
+            raise ValueError(
+                f"{where}.speculative.draft_model: attention TP {atp} does not divide the draft's "
+                f"{spec.draft_model.attention.heads} attention heads"
+            )
 
 
 def attention_heads_ok(model: ModelSpec, pool: Pool) -> bool:

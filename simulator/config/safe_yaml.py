@@ -38,9 +38,17 @@ def check_regular(path: str | Path, what: str) -> None:
     except OSError:
         return  # opening it says why, in the caller's words
     if not stat.S_ISREG(mode):
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "not a file")
+        kind = (
+            "a folder"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a file"
+        )
         raise InputError(f"{path}: {what} is not a regular file ({kind})")
 
 
@@ -62,8 +70,9 @@ def decode(raw: bytes, name: str, what: str = "scenario file") -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
-        raise InputError(f"{name}: line {line}: {what} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset "
-                         f"{e.start})") from None
+        raise InputError(
+            f"{name}: line {line}: {what} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})"
+        ) from None
 
 
 class _Loader(yaml.SafeLoader):
@@ -78,8 +87,13 @@ class _Loader(yaml.SafeLoader):
     def _count(self, n: int, mark: Any) -> None:
         self._nodes += n
         if self._nodes > MAX_NODES:
-            raise LimitError(None, None, f"the document expands to more than {MAX_NODES:,} nodes (aliases "
-                             "counted as what they repeat: an alias bomb?)", mark)
+            raise LimitError(
+                None,
+                None,
+                f"the document expands to more than {MAX_NODES:,} nodes (aliases "
+                "counted as what they repeat: an alias bomb?)",
+                mark,
+            )
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         mark = self.peek_event().start_mark
@@ -107,8 +121,9 @@ class _Loader(yaml.SafeLoader):
                 if isinstance(key, yaml.ScalarNode) and key.tag != MERGE_TAG:
                     k = (key.tag, key.value)
                     if k in seen:
-                        raise ConstructorError(None, None, f"duplicate key '{key.value}' (first on line {seen[k]})",
-                                               key.start_mark)
+                        raise ConstructorError(
+                            None, None, f"duplicate key '{key.value}' (first on line {seen[k]})", key.start_mark
+                        )
                     seen[k] = key.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
@@ -131,4 +146,3 @@ def parse(text: str) -> tuple[Any, yaml.Node | None]:
     finally:
         loader.dispose()
     return data, node
-

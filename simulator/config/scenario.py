@@ -25,8 +25,12 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-ENGINE_DEFAULTS: dict[str, Any] = {"shared_expert_overlap": True, "moe_routing": "uniform", "moe_routing_alpha": 1.01,
-                                   "fuse_elementwise": False}
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "shared_expert_overlap": True,
+    "moe_routing": "uniform",
+    "moe_routing_alpha": 1.01,
+    "fuse_elementwise": False,
+}
 
 
 class Pool(Strict):
@@ -62,6 +66,7 @@ class Pool(Strict):
             if key in data and data[key] == default:
                 del data[key]
         return data
+
     # Decode-only steps run as CUDA graphs (SGLang, vLLM and TRT-LLM all do by default): a kernel the roofline
     # prices pays this floor instead of the hardware's eager launch floor (measured tables keep their own).
     # 3 µs is AIConfigurator 0.12.0's h200_sxm `mem_empirical_constant_latency` ("observations"); null: eager.
@@ -87,8 +92,10 @@ class Pool(Strict):
     @model_validator(mode="after")
     def _one_source_of_expert_imbalance(self) -> Pool:
         if self.moe_routing == "power_law" and self.expert_imbalance != 1.0:
-            raise ValueError("moe_routing 'power_law' sets the busiest EP rank's load itself: leave expert_imbalance "
-                             "at 1.0 (it scales uniform routing's mean)")
+            raise ValueError(
+                "moe_routing 'power_law' sets the busiest EP rank's load itself: leave expert_imbalance "
+                "at 1.0 (it scales uniform routing's mean)"
+            )
         return self
 
     @property
@@ -245,16 +252,20 @@ class Scenario(Strict):
             parallel.check_pool(self.model, self.hardware, pool, where)
             if not parallel.attention_heads_ok(self.model, pool):
                 via = f" (attention TP = tp / dp = {pool.tp} / {pool.dp})" if pool.dp > 1 else ""
-                raise ValueError(f"{where}.tp: {pool.tp // pool.dp} does not divide the model's {a.heads} attention "
-                                 f"heads{via}")
+                raise ValueError(
+                    f"{where}.tp: {pool.tp // pool.dp} does not divide the model's {a.heads} attention heads{via}"
+                )
             if pool.tp % pool.ep:
-                raise ValueError(f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are "
-                                 "EP groups × expert-TP)")
+                raise ValueError(
+                    f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are EP groups × expert-TP)"
+                )
             if pool.kv_layout == "tiled" and a.type != "mla":
                 raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
             if pool.weights_scheme is not None and pool.weights_scheme not in self.model.schemes:
-                raise ValueError(f"{where}.weights_scheme: model {self.model.name} has no scheme "
-                                 f"{pool.weights_scheme!r} (known: {', '.join(self.model.schemes) or 'none'})")
+                raise ValueError(
+                    f"{where}.weights_scheme: model {self.model.name} has no scheme "
+                    f"{pool.weights_scheme!r} (known: {', '.join(self.model.schemes) or 'none'})"
+                )
         return self
 
     @model_serializer(mode="wrap")

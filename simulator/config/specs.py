@@ -16,8 +16,16 @@ WeightFormat = Literal["bf16", "fp8", "int4", "nvfp4", "mxfp4", "w4a8"]
 FP4_FORMATS = frozenset({"nvfp4", "mxfp4"})
 KVFormat = Literal["bf16", "fp8_e4m3"]
 Component = Literal[
-    "attention", "indexer", "dense_ffn", "routed_experts", "shared_experts", "router", "embedding", "lm_head",
-    "mtp", "norms",
+    "attention",
+    "indexer",
+    "dense_ffn",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "embedding",
+    "lm_head",
+    "mtp",
+    "norms",
 ]
 
 

@@ -101,10 +101,12 @@ def paired_deltas(results: list[dict[str, Any]], axis: str) -> list[dict[str, An
         a, b = pair[on]["metrics"], pair[off]["metrics"]
         tput = (a["output_tokens_per_s"] / b["output_tokens_per_s"] - 1) if b["output_tokens_per_s"] else None
         tpot_a, tpot_b = a["tpot_ms"]["p95"], b["tpot_ms"]["p95"]
-        rows.append({
-            "point": dict(rest),
-            "throughput_change": tput,
-            "tpot_p95_ms": (tpot_a, tpot_b),
-            "tpot_p95_change": (tpot_a / tpot_b - 1) if tpot_a is not None and tpot_b else None,
-        })
+        rows.append(
+            {
+                "point": dict(rest),
+                "throughput_change": tput,
+                "tpot_p95_ms": (tpot_a, tpot_b),
+                "tpot_p95_change": (tpot_a / tpot_b - 1) if tpot_a is not None and tpot_b else None,
+            }
+        )
     return rows

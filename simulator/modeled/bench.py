@@ -22,10 +22,23 @@ BENCH = {
     "profile": "roofline",
     "deployment": {
         "mode": "disaggregated",
-        "prefill": {"instances": 8, "tp": 8, "weights": "int4", "kv_cache": "fp8_e4m3", "mem_fraction": 0.81,
-                    "chunk_size": 16384, "max_batch_tokens": 16384},
-        "decode": {"instances": 16, "tp": 8, "weights": "int4", "kv_cache": "fp8_e4m3", "mem_fraction": 0.81,
-                   "max_running": 256},
+        "prefill": {
+            "instances": 8,
+            "tp": 8,
+            "weights": "int4",
+            "kv_cache": "fp8_e4m3",
+            "mem_fraction": 0.81,
+            "chunk_size": 16384,
+            "max_batch_tokens": 16384,
+        },
+        "decode": {
+            "instances": 16,
+            "tp": 8,
+            "weights": "int4",
+            "kv_cache": "fp8_e4m3",
+            "mem_fraction": 0.81,
+            "max_running": 256,
+        },
     },
     "routing": {"policy": "least_kv"},
     "traffic": {
@@ -63,8 +76,12 @@ def bench(hours: float, rate: float, baseline_s: float = 2.0, sets: tuple[str, .
     result, sim = simulate(sc)
     wall = time.perf_counter() - t0
     m = result["metrics"]
-    yield (f"simulated {hours:g} h at {rate:g} req/s on 8 prefill + 16 decode instances: {m['requests']:,} requests, "
-           f"{m['output_tokens']:,} output tokens, {sum(i.stats.steps for p in sim.pools.values() for i in p):,} steps")
-    yield (f"baseline ({baseline_s:g} s of traffic): one step at a time {t_step:.2f} s vs segments {t_seg:.2f} s "
-           f"= {t_step / t_seg:.1f}x faster, identical results: {'yes' if same else 'NO'}")
+    yield (
+        f"simulated {hours:g} h at {rate:g} req/s on 8 prefill + 16 decode instances: {m['requests']:,} requests, "
+        f"{m['output_tokens']:,} output tokens, {sum(i.stats.steps for p in sim.pools.values() for i in p):,} steps"
+    )
+    yield (
+        f"baseline ({baseline_s:g} s of traffic): one step at a time {t_step:.2f} s vs segments {t_seg:.2f} s "
+        f"= {t_step / t_seg:.1f}x faster, identical results: {'yes' if same else 'NO'}"
+    )
     yield f"wall {wall:.1f} s: {m['requests'] / wall:,.0f} requests simulated per wall-second"

@@ -65,8 +65,9 @@ class RankCaches:
 class DPInstance:
     """One instance of a DP-attention pool on the modeled clock (what `engine.Instance` is for dp = 1)."""
 
-    def __init__(self, sim: Simulation, pool_name: str, index: int, pool: Pool, ranks: list[Rank],
-                 cost: CostModel) -> None:
+    def __init__(
+        self, sim: Simulation, pool_name: str, index: int, pool: Pool, ranks: list[Rank], cost: CostModel
+    ) -> None:
         self.sim, self.pool_name, self.index, self.pool, self.cost = sim, pool_name, index, pool, cost
         self.ranks = ranks
         self.env = sim.env
@@ -232,8 +233,15 @@ class DPInstance:
                     g = r.sched.growth(p, 1)
                     steps.append((len(p.decode), int(p.ctx[0]), p.pages0 + int(g[0]), (), True))  # type: ignore[index]
                 else:
-                    steps.append((len(p.decode), sum(s.computed + 1 for s in p.decode),
-                                  sum(s.table.n for s in p.decode), [(c, s._computed) for s, c in p.prefill], False))
+                    steps.append(
+                        (
+                            len(p.decode),
+                            sum(s.computed + 1 for s in p.decode),
+                            sum(s.table.n for s in p.decode),
+                            [(c, s._computed) for s, c in p.prefill],
+                            False,
+                        )
+                    )
             return [self.clock + self.pricer.step_s(steps)], None
         runs = []
         for r, p in ranks:
@@ -268,8 +276,11 @@ class DPInstance:
                     self._pages_changed(i, self.clock, r._run_growth[0])
             if self.pending or any(r.sched.aborted for r in ranks):
                 sim.after_schedule(self)
-            n = 1 if sim.step_mode else min(r.sched.steps_until_change(p) for r, p in zip(ranks, plans, strict=True)
-                                             if not p.empty)
+            n = (
+                1
+                if sim.step_mode
+                else min(r.sched.steps_until_change(p) for r, p in zip(ranks, plans, strict=True) if not p.empty)
+            )
             ends, priced = self._price(plans, n)
             self._run_ends = ends
             for r in ranks:

@@ -82,8 +82,9 @@ def _rare_collections() -> Iterator[None]:
 class Instance(ServingInstance):
     """An instance on the modeled clock: the shared serving state, a SimPy process and the times of its run."""
 
-    def __init__(self, sim: Simulation, pool_name: str, index: int, pool: Pool, sched: Scheduler,
-                 cost: CostModel) -> None:
+    def __init__(
+        self, sim: Simulation, pool_name: str, index: int, pool: Pool, sched: Scheduler, cost: CostModel
+    ) -> None:
         super().__init__(pool_name, index, pool, sched)
         self.sim, self.cost = sim, cost
         self.env = sim.env
@@ -240,9 +241,16 @@ class Instance(ServingInstance):
 
 
 class Simulation:
-    def __init__(self, sc: Scenario, *, step_mode: bool = False, base_dir: Path | None = None,
-                 on_progress: Callable[[int], None] | None = None, timer: StepTimer | None = None,
-                 profile: Profile | None = None) -> None:
+    def __init__(
+        self,
+        sc: Scenario,
+        *,
+        step_mode: bool = False,
+        base_dir: Path | None = None,
+        on_progress: Callable[[int], None] | None = None,
+        timer: StepTimer | None = None,
+        profile: Profile | None = None,
+    ) -> None:
         if timer is not None and not step_mode:
             raise ValueError("a step timer times one step at a time: it needs step_mode")
         if timer is not None and any(p.dp > 1 for p in sc.deployment.pools().values()):
@@ -271,8 +279,9 @@ class Simulation:
             for i in range(pool.instances):
                 rng_seed += 1
                 if pool.dp > 1:  # DP attention: ranks with their own pages, stepped in lock-step
-                    insts.append(DPInstance(self, name, i, pool, build_ranks(sc, name, pool, cap, self.injector,
-                                                                             rng_seed), cost))
+                    insts.append(
+                        DPInstance(self, name, i, pool, build_ranks(sc, name, pool, cap, self.injector, rng_seed), cost)
+                    )
                     continue
                 sched = build_scheduler(sc, name, pool, cap, self.injector, rng_seed)
                 insts.append(Instance(self, name, i, pool, sched, cost))
@@ -280,8 +289,10 @@ class Simulation:
         self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
         # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
         # Under DP attention a request lives on one rank: the most it can hold is a rank's share of the pages.
-        room = {name: insts[0].cache.num_pages // insts[0].pool.dp * insts[0].cache.page_size
-                for name, insts in self.pools.items()}
+        room = {
+            name: insts[0].cache.num_pages // insts[0].pool.dp * insts[0].cache.page_size
+            for name, insts in self.pools.items()
+        }
         self._max_prompt = room.get("prefill", room["decode"])
         self._max_total = room["decode"]
         self.done = 0

@@ -99,15 +99,21 @@ class Bounds:
         if colocated:
             busy = want_in / tps_in + want_out / tps_out  # instance-seconds of work per second
             if busy * MARGIN > decode.instances:
-                return (f"{CANNOT_SUSTAIN}: the offered load keeps {busy:,.1f} instances busy at best (prefill and "
-                        f"decode at their fastest), {decode.instances} deployed (analytic bound)")
+                return (
+                    f"{CANNOT_SUSTAIN}: the offered load keeps {busy:,.1f} instances busy at best (prefill and "
+                    f"decode at their fastest), {decode.instances} deployed (analytic bound)"
+                )
         else:
             if tps_in * prefill_pool.instances < want_in * MARGIN:
-                return (f"{CANNOT_SUSTAIN}: prefill pool computes at most {tps_in * prefill_pool.instances:,.0f} "
-                        f"prompt tok/s < {want_in:,.0f} offered (analytic bound)")
+                return (
+                    f"{CANNOT_SUSTAIN}: prefill pool computes at most {tps_in * prefill_pool.instances:,.0f} "
+                    f"prompt tok/s < {want_in:,.0f} offered (analytic bound)"
+                )
             if tps_out * decode.instances < want_out * MARGIN:
-                return (f"{CANNOT_SUSTAIN}: decode pool produces at most {tps_out * decode.instances:,.0f} output "
-                        f"tok/s at its largest batch ({b_max}) < {want_out:,.0f} offered (analytic bound)")
+                return (
+                    f"{CANNOT_SUSTAIN}: decode pool produces at most {tps_out * decode.instances:,.0f} output "
+                    f"tok/s at its largest batch ({b_max}) < {want_out:,.0f} offered (analytic bound)"
+                )
         floor_ms = step(1) * 1e3
         if floor_ms > self.slo.tpot_p95_ms:
             return f"{MISSES_TPOT}: a decode step at batch 1 takes {floor_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms"
@@ -121,8 +127,10 @@ class Bounds:
                 lo = mid + 1
         need_ms = step(lo) * 1e3
         if need_ms > self.slo.tpot_p95_ms * TPOT_MARGIN:
-            return (f"{MISSES_TPOT}: the rate needs decode batches of {lo} per instance, whose steps take "
-                    f"{need_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms (analytic bound)")
+            return (
+                f"{MISSES_TPOT}: the rate needs decode batches of {lo} per instance, whose steps take "
+                f"{need_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms (analytic bound)"
+            )
         return None
 
     def _cost(self, sc: Scenario, pool: Pool, base_dir: Path | None) -> CostModel:

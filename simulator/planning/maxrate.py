@@ -39,8 +39,17 @@ def sig3(x: float) -> float:
 
 
 class _Search:
-    def __init__(self, raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, slo: SLO,
-                 backend: Backend, on_trial: Callable[[str], None] | None, limits: Limits | None) -> None:
+    def __init__(
+        self,
+        raw: dict[str, Any],
+        sc: Scenario,
+        source: str,
+        base_dir: Path | None,
+        slo: SLO,
+        backend: Backend,
+        on_trial: Callable[[str], None] | None,
+        limits: Limits | None,
+    ) -> None:
         self.raw, self.sc, self.source, self.base_dir, self.slo = raw, sc, source, base_dir, slo
         self.backend, self.on_trial, self.limits = backend, on_trial, limits
         self.seen: dict[float, dict[str, Any]] = {}
@@ -82,8 +91,9 @@ class _Search:
                 return nxt, r
             r = nxt
         out = self.seen[r]
-        raise InputError(f"max-rate: no rate meets the SLO ({self.slo.describe()}); even {r:g} {unit(self.sc)}: "
-                         f"{out['reason']}")
+        raise InputError(
+            f"max-rate: no rate meets the SLO ({self.slo.describe()}); even {r:g} {unit(self.sc)}: {out['reason']}"
+        )
 
     def bisect(self, lo: float, hi: float) -> tuple[float, float]:
         while hi > lo * (1 + REL_TOL):
@@ -97,9 +107,17 @@ class _Search:
         return lo, hi
 
 
-def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, slo: SLO, backend: Backend,
-             start: float | None = None, on_trial: Callable[[str], None] | None = None,
-             limits: Limits | None = None) -> dict[str, Any]:
+def max_rate(
+    raw: dict[str, Any],
+    sc: Scenario,
+    source: str,
+    base_dir: Path | None,
+    slo: SLO,
+    backend: Backend,
+    start: float | None = None,
+    on_trial: Callable[[str], None] | None = None,
+    limits: Limits | None = None,
+) -> dict[str, Any]:
     """The answer as JSON-ready data: rate, cost there, the metrics of the run at that rate, and the trials. A
     rate whose run the work `limits` refuse counts as failing."""
     raw = {k: v for k, v in raw.items() if k != "sweep"}
@@ -125,8 +143,10 @@ def max_rate(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | No
         "slo": slo.to_json(),
         "metrics": best["metrics"],
         "above": {f"{r:g}": search.seen[r]["reason"] for r in probes},  # None: it met the SLO after all
-        "trials": [{"rate": r, "meets": o["meets"], "reason": o["reason"], "stopped_early": o["stopped_early"]}
-                   for r, o in sorted(search.seen.items())],
+        "trials": [
+            {"rate": r, "meets": o["meets"], "reason": o["reason"], "stopped_early": o["stopped_early"]}
+            for r, o in sorted(search.seen.items())
+        ],
         "clock": "modeled",
         "provenance": Profile.for_scenario(sc, base_dir).provenance(),
     }

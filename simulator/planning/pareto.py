@@ -23,9 +23,14 @@ def point(name: str, metrics: dict[str, Any], meets: bool | None = None) -> dict
     gen = generating(metrics)
     tokens = metrics["output_tokens"] if gen else metrics["output_tokens"] + metrics["input_tokens"]
     span = metrics["duration_s"] or 1.0
-    return {"label": name, "tokens_per_s_per_gpu": round(tokens / span / metrics["gpus"], 3),
-            "token_basis": OUTPUT if gen else ALL, "tpot_p95_ms": metrics["tpot_ms"]["p95"],
-            "ttft_p95_ms": metrics["ttft_ms"]["p95"], "meets_slo": meets}
+    return {
+        "label": name,
+        "tokens_per_s_per_gpu": round(tokens / span / metrics["gpus"], 3),
+        "token_basis": OUTPUT if gen else ALL,
+        "tpot_p95_ms": metrics["tpot_ms"]["p95"],
+        "ttft_p95_ms": metrics["ttft_ms"]["p95"],
+        "meets_slo": meets,
+    }
 
 
 def frontier(points: list[dict[str, Any]], latency: str) -> list[int]:
@@ -35,9 +40,11 @@ def frontier(points: list[dict[str, Any]], latency: str) -> list[int]:
     for i in ok:
         a = points[i]
         dominated = any(
-            b["tokens_per_s_per_gpu"] >= a["tokens_per_s_per_gpu"] and b[latency] <= a[latency]
+            b["tokens_per_s_per_gpu"] >= a["tokens_per_s_per_gpu"]
+            and b[latency] <= a[latency]
             and (b["tokens_per_s_per_gpu"] > a["tokens_per_s_per_gpu"] or b[latency] < a[latency])
-            for j, b in ((j, points[j]) for j in ok) if j != i
+            for j, b in ((j, points[j]) for j in ok)
+            if j != i
         )
         if not dominated:
             front.append(i)
@@ -48,11 +55,31 @@ def to_csv(points: list[dict[str, Any]]) -> str:
     on = {lat: set(frontier(points, lat)) for lat, _ in LATENCIES}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["label", "tokens_per_s_per_gpu", "token_basis", "tpot_p95_ms", "ttft_p95_ms", "meets_slo",
-                "on_tpot_frontier", "on_ttft_frontier"])
+    w.writerow(
+        [
+            "label",
+            "tokens_per_s_per_gpu",
+            "token_basis",
+            "tpot_p95_ms",
+            "ttft_p95_ms",
+            "meets_slo",
+            "on_tpot_frontier",
+            "on_ttft_frontier",
+        ]
+    )
     for i, p in enumerate(points):
-        w.writerow([p["label"], p["tokens_per_s_per_gpu"], p["token_basis"], p["tpot_p95_ms"], p["ttft_p95_ms"],
-                    "" if p["meets_slo"] is None else p["meets_slo"], i in on["tpot_p95_ms"], i in on["ttft_p95_ms"]])
+        w.writerow(
+            [
+                p["label"],
+                p["tokens_per_s_per_gpu"],
+                p["token_basis"],
+                p["tpot_p95_ms"],
+                p["ttft_p95_ms"],
+                "" if p["meets_slo"] is None else p["meets_slo"],
+                i in on["tpot_p95_ms"],
+                i in on["ttft_p95_ms"],
+            ]
+        )
     return buf.getvalue()
 
 
@@ -77,8 +104,14 @@ def chart(points: list[dict[str, Any]], title: str) -> bytes:
         fy = [points[i]["tokens_per_s_per_gpu"] for i in front]
         ax.plot(fx, fy, "o-", color="tab:blue", label="Pareto frontier")
         for i in front:
-            ax.annotate(points[i]["label"].replace(" ", "\n"), (points[i][lat], points[i]["tokens_per_s_per_gpu"]),
-                        fontsize=6.5, xytext=(5, -4), textcoords="offset points", va="top")
+            ax.annotate(
+                points[i]["label"].replace(" ", "\n"),
+                (points[i][lat], points[i]["tokens_per_s_per_gpu"]),
+                fontsize=6.5,
+                xytext=(5, -4),
+                textcoords="offset points",
+                va="top",
+            )
         ax.set_xlabel(name)
         ax.set_ylabel(f"{basis} per s per GPU")
         ax.grid(alpha=0.3)

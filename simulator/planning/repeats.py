@@ -54,8 +54,13 @@ def interval(values: list[float]) -> dict[str, Any]:
     else:
         lo = hi = None
     r = 4
-    return {"mean": round(mean, r), "ci95": None if lo is None else [round(lo, r), round(hi, r)],  # type: ignore[arg-type]
-            "min": round(min(values), r), "max": round(max(values), r), "n": n}
+    return {
+        "mean": round(mean, r),
+        "ci95": None if lo is None else [round(lo, r), round(hi, r)],  # type: ignore[arg-type]
+        "min": round(min(values), r),
+        "max": round(max(values), r),
+        "n": n,
+    }
 
 
 def wilson(k: int, n: int) -> list[float]:
@@ -75,14 +80,21 @@ def _value(m: dict[str, Any], path: tuple[str, ...], unit: str) -> float | None:
     return float(v) * 100 if unit == "%" else float(v)
 
 
-def repeat(sc: Scenario, base_dir: Path | None, n: int, slo: SLO, backend: Backend,
-           on_done: Callable[[int], None] | None = None) -> dict[str, Any]:
+def repeat(
+    sc: Scenario,
+    base_dir: Path | None,
+    n: int,
+    slo: SLO,
+    backend: Backend,
+    on_done: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """n runs of `sc` (seeds seed..seed+n-1), summarised with intervals."""
     if n < 1:
         raise InputError(f"--repeats {n}: needs at least 1")
     spread = has_spread(sc, base_dir)
-    trials = [Trial(sc.model_copy(update={"seed": sc.seed + i}), base_dir, None, i if spread else None)
-              for i in range(n)]
+    trials = [
+        Trial(sc.model_copy(update={"seed": sc.seed + i}), base_dir, None, i if spread else None) for i in range(n)
+    ]
     outs = backend.map(run_trial, trials, on_done)
     if outs[0]["metrics"] is None:  # the deployment does not fit: no repeat can run
         raise InputError(outs[0]["reason"])
@@ -95,16 +107,20 @@ def repeat(sc: Scenario, base_dir: Path | None, n: int, slo: SLO, backend: Backe
             metrics[name] = {**interval(vals), "unit": unit}
     costs = [per_mtok(m, price) for m in runs]
     if all(c["cost_per_mtok_usd"] is not None for c in costs):
-        metrics["cost_per_mtok_usd"] = {**interval([c["cost_per_mtok_usd"] for c in costs]), "unit": "$",
-                                        "basis": costs[0]["cost_basis"]}
+        metrics["cost_per_mtok_usd"] = {
+            **interval([c["cost_per_mtok_usd"] for c in costs]),
+            "unit": "$",
+            "basis": costs[0]["cost_basis"],
+        }
     met = [slo.meets(m) for m in runs]
     k = sum(met)
     return {
         "scenario": sc.name,
         "repeats": n,
         "seeds": [sc.seed + i for i in range(n)],
-        "varied": "traffic seed and profile p10-p90 draw" if spread else
-                  "traffic seed (the profile records no spread: roofline or median = p10 = p90)",
+        "varied": "traffic seed and profile p10-p90 draw"
+        if spread
+        else "traffic seed (the profile records no spread: roofline or median = p10 = p90)",
         "slo": slo.to_json(),
         "metrics": metrics,
         "slo_met": {"runs": k, "of": n, "probability": round(k / n, 4), "ci95": wilson(k, n)},

@@ -35,12 +35,16 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     per_request = "" if r["rate_unit"] == "requests/s" else f" ({r['requests_per_s']:,.2f} requests/s)"
     console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']}{per_request}")
     console.print(f"  within {_slo(r['slo'])}")
-    console.print(f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
-                  f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")
+    console.print(
+        f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
+        f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)"
+    )
     tput = point("", m)
-    console.print(f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
-                  f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
-                  f"{tput['tokens_per_s_per_gpu']:,.1f} {tput['token_basis']}/s per GPU")
+    console.print(
+        f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
+        f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
+        f"{tput['tokens_per_s_per_gpu']:,.1f} {tput['token_basis']}/s per GPU"
+    )
     for rate, reason in r["above"].items():
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
@@ -64,13 +68,20 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     else:
         m = w["metrics"]
         console.print(f"[bold green]winner[/bold green]: {w['label']}")
-        console.print(f"  {w['gpus']} GPUs, {_usd(w['cost_per_mtok_usd'])} per million {w['cost_basis']}, TTFT p95 "
-                      f"{_ms(m['ttft_ms']['p95'])} ms, TPOT p95 {_ms(m['tpot_ms']['p95'])} ms")
+        console.print(
+            f"  {w['gpus']} GPUs, {_usd(w['cost_per_mtok_usd'])} per million {w['cost_basis']}, TTFT p95 "
+            f"{_ms(m['ttft_ms']['p95'])} ms, TPOT p95 {_ms(m['tpot_ms']['p95'])} ms"
+        )
     if p["runners_up"]:
         t = Table("runner-up", "GPUs", "$/Mtok", "TTFT p95 ms", "TPOT p95 ms", title=None)
         for e in p["runners_up"]:
-            t.add_row(e["label"], str(e["gpus"]), _usd(e["cost_per_mtok_usd"]), _ms(e["metrics"]["ttft_ms"]["p95"]),
-                      _ms(e["metrics"]["tpot_ms"]["p95"]))
+            t.add_row(
+                e["label"],
+                str(e["gpus"]),
+                _usd(e["cost_per_mtok_usd"]),
+                _ms(e["metrics"]["ttft_ms"]["p95"]),
+                _ms(e["metrics"]["tpot_ms"]["p95"]),
+            )
         console.print(t)
     kinds = Counter(reason_kind(r["reason"]) for r in p["rejected"])
     if kinds:
@@ -82,15 +93,22 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
             console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
         if len(p["rejected"]) > len(shown):
             console.print(f"  … {len(p['rejected']) - len(shown)} more in --json")
-    console.print(f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
-                  f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
-                  f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)")
+    console.print(
+        f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
+        f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
+        f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)"
+    )
     console.print(provenance_folded(p))
 
 
-LABELS = {"output_tokens_per_s": "out tok/s", "output_tokens_per_s_per_gpu": "out tok/s/GPU",
-          "input_tokens_per_s": "in tok/s", "kv_occupancy_max_pct": "KV occ max %", "slo_attainment_pct": "SLO %",
-          "cost_per_mtok_usd": "$/Mtok"}
+LABELS = {
+    "output_tokens_per_s": "out tok/s",
+    "output_tokens_per_s_per_gpu": "out tok/s/GPU",
+    "input_tokens_per_s": "in tok/s",
+    "kv_occupancy_max_pct": "KV occ max %",
+    "slo_attainment_pct": "SLO %",
+    "cost_per_mtok_usd": "$/Mtok",
+}
 LABELS.update({f"{k}_{p}_ms": f"{k.upper()} {p} ms" for k in ("ttft", "tpot", "e2e") for p in ("p50", "p95", "p99")})
 
 
@@ -100,14 +118,18 @@ def _num(v: float) -> str:
 
 def print_repeats(console: Console, r: dict[str, Any]) -> None:
     console = _narrow(console)
-    console.print(f"[bold]{r['scenario']}[/bold]: {r['repeats']} repeats over seeds {r['seeds'][0]}.."
-                  f"{r['seeds'][-1]}; varied: {r['varied']}")
+    console.print(
+        f"[bold]{r['scenario']}[/bold]: {r['repeats']} repeats over seeds {r['seeds'][0]}.."
+        f"{r['seeds'][-1]}; varied: {r['varied']}"
+    )
     t = Table("metric", "mean", "95% CI", "range")
     for name, v in r["metrics"].items():
         ci = "-" if v["ci95"] is None else f"{_num(v['ci95'][0])} to {_num(v['ci95'][1])}"
         t.add_row(LABELS.get(name, name), _num(v["mean"]), ci, f"{_num(v['min'])} to {_num(v['max'])}")
     console.print(t)
     s = r["slo_met"]
-    console.print(f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
-                  f"(95% CI {s['ci95'][0]:.0%}-{s['ci95'][1]:.0%})")
+    console.print(
+        f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
+        f"(95% CI {s['ci95'][0]:.0%}-{s['ci95'][1]:.0%})"
+    )
     console.print(provenance_folded(r))

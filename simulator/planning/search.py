@@ -55,13 +55,23 @@ class Candidate:
 def _entry(c: Candidate) -> dict[str, Any]:
     assert c.outcome is not None and c.scenario is not None
     price = c.scenario.cost.gpu_hour_usd or c.scenario.hardware.gpu_hour_usd
-    return {"overrides": c.overrides, "label": label(c.overrides), "gpus": c.gpus,
-            **per_mtok(c.outcome["metrics"], price), "metrics": c.outcome["metrics"]}
+    return {
+        "overrides": c.overrides,
+        "label": label(c.overrides),
+        "gpus": c.gpus,
+        **per_mtok(c.outcome["metrics"], price),
+        "metrics": c.outcome["metrics"],
+    }
 
 
 def _rejected(c: Candidate) -> dict[str, Any]:
-    out = {"overrides": c.overrides, "label": label(c.overrides), "gpus": c.gpus, "reason": c.reason,
-           "pruned": c.pruned}
+    out = {
+        "overrides": c.overrides,
+        "label": label(c.overrides),
+        "gpus": c.gpus,
+        "reason": c.reason,
+        "pruned": c.pruned,
+    }
     if c.outcome is not None:
         out["stopped_early"] = c.outcome["stopped_early"]
     return out
@@ -81,10 +91,22 @@ def _infer(done: list[Candidate], rest: list[Candidate]) -> None:
                 c.reason = f"{MISSES_TPOT}: inferred from {label(f.overrides)} (more prefill does not speed decode)"
 
 
-def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, *, rate: float, slo: SLO,
-         space: dict[str, list[Any]], objective: str, runners_up: int, backend: Backend,
-         on_level: Callable[[int, int], None] | None = None,
-         on_done: Callable[[int], None] | None = None, limits: Limits | None = None) -> dict[str, Any]:
+def plan(
+    raw: dict[str, Any],
+    sc: Scenario,
+    source: str,
+    base_dir: Path | None,
+    *,
+    rate: float,
+    slo: SLO,
+    space: dict[str, list[Any]],
+    objective: str,
+    runners_up: int,
+    backend: Backend,
+    on_level: Callable[[int, int], None] | None = None,
+    on_done: Callable[[int], None] | None = None,
+    limits: Limits | None = None,
+) -> dict[str, Any]:
     """The answer as JSON-ready data (see the module doc); `on_level(todo, total)` before each level's trials."""
     if objective not in OBJECTIVES:
         raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
@@ -124,7 +146,7 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
         passed += sum(c.passed for c in todo)
         if passed >= 1 + runners_up:
             break
-        _infer(todo, [c for lv in levels[n + 1:] for c in lv])
+        _infer(todo, [c for lv in levels[n + 1 :] for c in lv])
 
     def rank(c: Candidate) -> tuple:
         e = _entry(c)
@@ -135,10 +157,16 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
     winners = sorted((c for c in simulated if c.passed), key=rank)
     rejected = [c for c in cands if c.pruned or (c.outcome is not None and not c.passed)]
     return {
-        "question": {"scenario": sc.name, "rate": rate, "rate_unit": unit(sc), "slo": slo.to_json(),
-                     "objective": objective, "space": space},
+        "question": {
+            "scenario": sc.name,
+            "rate": rate,
+            "rate_unit": unit(sc),
+            "slo": slo.to_json(),
+            "objective": objective,
+            "space": space,
+        },
         "winner": _entry(winners[0]) if winners else None,
-        "runners_up": [_entry(c) for c in winners[1:1 + runners_up]],
+        "runners_up": [_entry(c) for c in winners[1 : 1 + runners_up]],
         "rejected": [_rejected(c) for c in rejected],
         "candidates": len(cands),
         "pruned": sum(c.pruned for c in cands),
@@ -146,8 +174,11 @@ def plan(raw: dict[str, Any], sc: Scenario, source: str, base_dir: Path | None, 
         "simulated": len(simulated),
         "stopped_early": sum(1 for c in simulated if c.outcome and c.outcome["stopped_early"]),
         "not_simulated": len(cands) - sum(c.pruned for c in cands) - len(simulated),
-        "evaluated": [point(label(c.overrides), c.outcome["metrics"], meets=c.passed)  # type: ignore[index]
-                      for c in simulated if c.outcome["metrics"] and not c.outcome["stopped_early"]],  # type: ignore[index]
+        "evaluated": [
+            point(label(c.overrides), c.outcome["metrics"], meets=c.passed)  # type: ignore[index]
+            for c in simulated
+            if c.outcome["metrics"] and not c.outcome["stopped_early"]
+        ],  # type: ignore[index]
         "clock": "modeled",
         "provenance": Profile.for_scenario(sc, base_dir).provenance(),
     }

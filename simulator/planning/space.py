@@ -75,5 +75,7 @@ def candidates(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 def label(overrides: dict[str, Any]) -> str:
     """A short name for a candidate: `decode.instances=2 decode.kv_cache=fp8_e4m3`."""
-    return " ".join(f"{k.removeprefix('deployment.').removeprefix('traffic.')}={v}"
-                    for k, v in overrides.items()) or "as given"
+    return (
+        " ".join(f"{k.removeprefix('deployment.').removeprefix('traffic.')}={v}" for k, v in overrides.items())
+        or "as given"
+    )

@@ -37,8 +37,11 @@ def has_spread(sc: Scenario, base_dir: Path | None) -> bool:
         return False
     Profile.load(path)  # validates, with the usual one-line errors
     data = json.loads(path.read_text())
-    return any(e.get("p10_us", e["median_us"]) != e["median_us"] or e.get("p90_us", e["median_us"]) != e["median_us"]
-               for entries in data["kernels"].values() for e in entries)
+    return any(
+        e.get("p10_us", e["median_us"]) != e["median_us"] or e.get("p90_us", e["median_us"]) != e["median_us"]
+        for entries in data["kernels"].values()
+        for e in entries
+    )
 
 
 def drawn_profile(sc: Scenario, base_dir: Path | None, draw: int) -> Profile | None:

@@ -26,8 +26,14 @@ def sweep_point(job: tuple[Scenario, Path | None]) -> dict[str, Any]:
         return {"error": str(e)}
 
 
-def run_sweep(sc: Scenario, raw: dict[str, Any], source: str, base_dir: Path | None, backend: Backend,
-              on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def run_sweep(
+    sc: Scenario,
+    raw: dict[str, Any],
+    source: str,
+    base_dir: Path | None,
+    backend: Backend,
+    on_done: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """`[{"point": …, **result}]` in sweep order; a failed point is `{"point": …, "error": reason}`."""
     pts = points(sc)
     results: list[dict[str, Any] | None] = [None] * len(pts)

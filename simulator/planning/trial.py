@@ -85,8 +85,9 @@ class _Watch:
         if over_tpot >= self.over_p95:
             raise _Missed(f"{MISSES_TPOT}: {over_tpot:,} {tail} ran over {slo.tpot_p95_ms:,g} ms per output token")
         if slo.attainment is not None and (self.most - failed) / self.most < slo.attainment - ROUNDING:
-            raise _Missed(f"{MISSES_ATTAINMENT}: {failed:,} {tail} missed a limit, more than "
-                          f"{1 - slo.attainment:.1%} allow")
+            raise _Missed(
+                f"{MISSES_ATTAINMENT}: {failed:,} {tail} missed a limit, more than {1 - slo.attainment:.1%} allow"
+            )
 
 
 def most_requests(sim: Simulation) -> int | None:
@@ -110,8 +111,10 @@ def backlog(records: dict[int, Record], ttft_limit_ms: float) -> str | None:
     first = median(t for _, t in done[:q]) * 1e3
     last = median(t for _, t in done[-q:]) * 1e3
     if last > ttft_limit_ms and last > GROWTH * first:
-        return (f"{CANNOT_SUSTAIN}: median TTFT grows from {first:,.0f} ms (first quarter of arrivals) to "
-                f"{last:,.0f} ms (last quarter): the queue builds up")
+        return (
+            f"{CANNOT_SUSTAIN}: median TTFT grows from {first:,.0f} ms (first quarter of arrivals) to "
+            f"{last:,.0f} ms (last quarter): the queue builds up"
+        )
     return None
 
 

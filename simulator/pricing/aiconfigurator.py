@@ -38,8 +38,14 @@ ANY = "any"  # a shape key the measurement did not vary: the profile's table mat
 WEIGHTS = {"bfloat16": ("bf16", 0), "fp8_block": ("fp8", 0), "int4_wo": ("int4", 32)}
 KV = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 # Kernel a key is read from when a table holds several for it (the frameworks' defaults on Hopper first).
-KERNEL_PREFERENCE = ("fa3", "flash_attention", "sglang_fused_moe_triton", "sglang_marlin_moe",
-                     "SGLang_CustomAllReduce_graph", "NCCL")
+KERNEL_PREFERENCE = (
+    "fa3",
+    "flash_attention",
+    "sglang_fused_moe_triton",
+    "sglang_marlin_moe",
+    "SGLang_CustomAllReduce_graph",
+    "NCCL",
+)
 EXCLUDED_KERNELS = re.compile(r"situ_as_silu|eager")  # a stand-in epilogue; an un-graphed all-reduce
 
 NOTES = (
@@ -70,25 +76,81 @@ class Table:
 
 TABLES: dict[str, Table] = {
     "gemm": Table("gemm", "gemm_perf.parquet", ("kernel_source", "gemm_dtype", "m", "n", "k", "latency")),
-    "mla_bmm": Table("mla_bmm", "mla_bmm_perf.parquet",
-                     ("op_name", "kernel_source", "bmm_dtype", "num_tokens", "num_heads", "latency")),
-    "generation_mla": Table("mla", "generation_mla_perf.parquet",
-                            ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "step", "latency")),
-    "context_mla": Table("mla", "context_mla_perf.parquet",
-                         ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "latency")),
-    "generation_attention": Table("attention", "generation_attention_perf.parquet",
-                                  ("kernel_source", "kv_cache_dtype", "num_heads", "num_key_value_heads", "head_dim",
-                                   "batch_size", "isl", "step", "window_size", "latency")),
-    "context_attention": Table("attention", "context_attention_perf.parquet",
-                               ("kernel_source", "kv_cache_dtype", "attn_dtype", "num_heads", "num_key_value_heads",
-                                "head_dim", "batch_size", "isl", "window_size", "latency")),
-    "moe": Table("moe", "moe_perf.parquet",
-                 ("kernel_source", "moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
-                  "moe_tp_size", "moe_ep_size", "distribution", "latency")),
-    "allreduce": Table("comm", "custom_allreduce_perf.parquet",
-                       ("kernel_source", "allreduce_dtype", "num_gpus", "message_size", "latency")),
-    "allgather": Table("comm", "nccl_perf.parquet",
-                       ("op_name", "kernel_source", "nccl_dtype", "num_gpus", "message_size", "latency"), "nccl"),
+    "mla_bmm": Table(
+        "mla_bmm",
+        "mla_bmm_perf.parquet",
+        ("op_name", "kernel_source", "bmm_dtype", "num_tokens", "num_heads", "latency"),
+    ),
+    "generation_mla": Table(
+        "mla",
+        "generation_mla_perf.parquet",
+        ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "step", "latency"),
+    ),
+    "context_mla": Table(
+        "mla",
+        "context_mla_perf.parquet",
+        ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "latency"),
+    ),
+    "generation_attention": Table(
+        "attention",
+        "generation_attention_perf.parquet",
+        (
+            "kernel_source",
+            "kv_cache_dtype",
+            "num_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "batch_size",
+            "isl",
+            "step",
+            "window_size",
+            "latency",
+        ),
+    ),
+    "context_attention": Table(
+        "attention",
+        "context_attention_perf.parquet",
+        (
+            "kernel_source",
+            "kv_cache_dtype",
+            "attn_dtype",
+            "num_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "batch_size",
+            "isl",
+            "window_size",
+            "latency",
+        ),
+    ),
+    "moe": Table(
+        "moe",
+        "moe_perf.parquet",
+        (
+            "kernel_source",
+            "moe_dtype",
+            "num_tokens",
+            "hidden_size",
+            "inter_size",
+            "topk",
+            "num_experts",
+            "moe_tp_size",
+            "moe_ep_size",
+            "distribution",
+            "latency",
+        ),
+    ),
+    "allreduce": Table(
+        "comm",
+        "custom_allreduce_perf.parquet",
+        ("kernel_source", "allreduce_dtype", "num_gpus", "message_size", "latency"),
+    ),
+    "allgather": Table(
+        "comm",
+        "nccl_perf.parquet",
+        ("op_name", "kernel_source", "nccl_dtype", "num_gpus", "message_size", "latency"),
+        "nccl",
+    ),
 }
 
 Row = dict[str, Any]
@@ -119,8 +181,10 @@ def data_root(system: str, data: Path | None) -> tuple[Path, str]:
     else:
         spec = importlib.util.find_spec("aiconfigurator_core")
         if spec is None or not spec.submodule_search_locations:
-            raise InputError(f"{PACKAGE} is not installed: pip install 'phaseplan[calibration]', or give --data "
-                             "PATH (a copy of its systems/data/<system> folder)")
+            raise InputError(
+                f"{PACKAGE} is not installed: pip install 'phaseplan[calibration]', or give --data "
+                "PATH (a copy of its systems/data/<system> folder)"
+            )
         root = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data" / system
         version = importlib.metadata.version(PACKAGE)
     if not root.is_dir():
@@ -130,8 +194,11 @@ def data_root(system: str, data: Path | None) -> tuple[Path, str]:
 
 def _pick_version(folder: Path, wanted: str | None, what: str) -> Path:
     """The newest version folder at or below `wanted` (the framework's tables may come from an earlier release)."""
-    versions = sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: _version_key(p.name)) \
-        if folder.is_dir() else []
+    versions = (
+        sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: _version_key(p.name))
+        if folder.is_dir()
+        else []
+    )
     if wanted is not None:
         versions = [p for p in versions if _version_key(p.name) <= _version_key(wanted)]
     if not versions:
@@ -150,8 +217,11 @@ def _meta(folder: Path) -> tuple[str, str, str]:
     except (OSError, yaml.YAMLError):
         return folder.parent.name, folder.name, "unknown (no collection_meta.yaml)"
     runtime = (meta.get("runtime") or {}) if isinstance(meta, dict) else {}
-    return (str(runtime.get("framework", folder.parent.name)), str(runtime.get("version", folder.name)),
-            str(meta.get("provenance", "unknown")) if isinstance(meta, dict) else "unknown")
+    return (
+        str(runtime.get("framework", folder.parent.name)),
+        str(runtime.get("version", folder.name)),
+        str(meta.get("provenance", "unknown")) if isinstance(meta, dict) else "unknown",
+    )
 
 
 def read_table(root: Path, backend: str, version: str | None, name: str) -> Read:
@@ -209,18 +279,25 @@ def _us(row: Row) -> float:
 
 # -- the mappings: one function per phaseplan family, each from the tables it names ---------------------------
 
+
 def _gemm(t: dict[str, Read]) -> list[Entry]:
     g, b = t["gemm"], t["mla_bmm"]
     out = []
-    rows = _preferred((r for r in g.rows if r["gemm_dtype"] in WEIGHTS and r["gemm_dtype"] != "int4_wo"),
-                      lambda r: (r["gemm_dtype"], r["m"], r["n"], r["k"]), g)
+    rows = _preferred(
+        (r for r in g.rows if r["gemm_dtype"] in WEIGHTS and r["gemm_dtype"] != "int4_wo"),
+        lambda r: (r["gemm_dtype"], r["m"], r["n"], r["k"]),
+        g,
+    )
     for (dtype, m, n, k), r in rows.items():
         w, group = WEIGHTS[dtype]
         out.append(({"m": m, "n": n, "k": k, "batch": 1, "weights": w, "group": group}, _us(r)))
     # MLA's absorbed per-head bmm: W_UK (q_nope 128 -> latent 512) before, W_UV (latent 512 -> v 128) after.
     nk = {"mla_gen_pre": (512, 128), "mla_gen_post": (128, 512)}
-    rows = _preferred((r for r in b.rows if r["bmm_dtype"] == "bfloat16" and r["op_name"] in nk),
-                      lambda r: (r["op_name"], r["num_tokens"], r["num_heads"]), b)
+    rows = _preferred(
+        (r for r in b.rows if r["bmm_dtype"] == "bfloat16" and r["op_name"] in nk),
+        lambda r: (r["op_name"], r["num_tokens"], r["num_heads"]),
+        b,
+    )
     for (op, m, heads), r in rows.items():
         n, k = nk[op]
         out.append(({"m": m, "n": n, "k": k, "batch": heads, "weights": "bf16", "group": 0}, _us(r)))
@@ -229,39 +306,92 @@ def _gemm(t: dict[str, Read]) -> list[Entry]:
 
 def _decode_attention_mla(t: dict[str, Read]) -> list[Entry]:
     r_ = t["generation_mla"]
-    rows = _preferred((r for r in r_.rows if r["kv_cache_dtype"] in KV),
-                      lambda r: (r["kv_cache_dtype"], r["num_heads"], r["batch_size"], r["isl"] + r["step"]), r_)
+    rows = _preferred(
+        (r for r in r_.rows if r["kv_cache_dtype"] in KV),
+        lambda r: (r["kv_cache_dtype"], r["num_heads"], r["batch_size"], r["isl"] + r["step"]),
+        r_,
+    )
     out = []
     for (kv, heads, batch, ctx), r in rows.items():
         fmt = KV[kv]
-        out.append(({"heads": heads, "batch": batch, "context": ctx, "kv": fmt,
-                     "layout": "flat" if fmt == "fp8_e4m3" else ANY, "page_size": ANY}, _us(r)))
+        out.append(
+            (
+                {
+                    "heads": heads,
+                    "batch": batch,
+                    "context": ctx,
+                    "kv": fmt,
+                    "layout": "flat" if fmt == "fp8_e4m3" else ANY,
+                    "page_size": ANY,
+                },
+                _us(r),
+            )
+        )
     return out
 
 
 def _decode_attention_gqa(t: dict[str, Read]) -> list[Entry]:
     r_ = t["generation_attention"]
-    rows = _preferred((r for r in r_.rows if r["kv_cache_dtype"] in KV and r["window_size"] == 0),
-                      lambda r: (r["kv_cache_dtype"], r["num_heads"], r["num_key_value_heads"], r["head_dim"],
-                                 r["batch_size"], r["isl"] + r["step"]), r_)
-    return [({"q_heads": hq, "kv_heads": hk, "head_dim": d, "batch": b, "context": c, "kv": KV[kv],
-              "page_size": ANY}, _us(r)) for (kv, hq, hk, d, b, c), r in rows.items()]
+    rows = _preferred(
+        (r for r in r_.rows if r["kv_cache_dtype"] in KV and r["window_size"] == 0),
+        lambda r: (
+            r["kv_cache_dtype"],
+            r["num_heads"],
+            r["num_key_value_heads"],
+            r["head_dim"],
+            r["batch_size"],
+            r["isl"] + r["step"],
+        ),
+        r_,
+    )
+    return [
+        (
+            {"q_heads": hq, "kv_heads": hk, "head_dim": d, "batch": b, "context": c, "kv": KV[kv], "page_size": ANY},
+            _us(r),
+        )
+        for (kv, hq, hk, d, b, c), r in rows.items()
+    ]
 
 
 def _prefill_attention(t: dict[str, Read]) -> list[Entry]:
     mla, gqa = t["context_mla"], t["context_attention"]
     out = []
-    rows = _preferred((r for r in mla.rows if r["kv_cache_dtype"] == "bfloat16" and r["batch_size"] == 1),
-                      lambda r: (r["num_heads"], r["isl"]), mla)
+    rows = _preferred(
+        (r for r in mla.rows if r["kv_cache_dtype"] == "bfloat16" and r["batch_size"] == 1),
+        lambda r: (r["num_heads"], r["isl"]),
+        mla,
+    )
     for (heads, isl), r in rows.items():
-        out.append(({"heads": heads, "kv_heads": heads, "qk_dim": 192, "v_dim": 128, "tokens": isl, "context": isl,
-                     "topk": 0}, _us(r)))
-    rows = _preferred((r for r in gqa.rows if r["kv_cache_dtype"] == "bfloat16" and r["attn_dtype"] == "bfloat16"
-                       and r["batch_size"] == 1 and r["window_size"] == 0),
-                      lambda r: (r["num_heads"], r["num_key_value_heads"], r["head_dim"], r["isl"]), gqa)
+        out.append(
+            (
+                {
+                    "heads": heads,
+                    "kv_heads": heads,
+                    "qk_dim": 192,
+                    "v_dim": 128,
+                    "tokens": isl,
+                    "context": isl,
+                    "topk": 0,
+                },
+                _us(r),
+            )
+        )
+    rows = _preferred(
+        (
+            r
+            for r in gqa.rows
+            if r["kv_cache_dtype"] == "bfloat16"
+            and r["attn_dtype"] == "bfloat16"
+            and r["batch_size"] == 1
+            and r["window_size"] == 0
+        ),
+        lambda r: (r["num_heads"], r["num_key_value_heads"], r["head_dim"], r["isl"]),
+        gqa,
+    )
     for (hq, hk, d, isl), r in rows.items():
-        out.append(({"heads": hq, "kv_heads": hk, "qk_dim": d, "v_dim": d, "tokens": isl, "context": isl,
-                     "topk": 0}, _us(r)))
+        out.append(
+            ({"heads": hq, "kv_heads": hk, "qk_dim": d, "v_dim": d, "tokens": isl, "context": isl, "topk": 0}, _us(r))
+        )
     return out
 
 
@@ -270,23 +400,52 @@ MOE_DISTRIBUTIONS = ("power_law_1.01", "power_law_1.2", "balanced")  # the first
 
 def _fused_moe(t: dict[str, Read], distribution: str) -> list[Entry]:
     r_ = t["moe"]
-    rows = _preferred((r for r in r_.rows if r["moe_dtype"] in WEIGHTS and r["distribution"] == distribution),
-                      lambda r: (r["moe_dtype"], r["num_tokens"], r["hidden_size"], r["inter_size"], r["topk"],
-                                 r["num_experts"], r["moe_tp_size"], r["moe_ep_size"]), r_)
+    rows = _preferred(
+        (r for r in r_.rows if r["moe_dtype"] in WEIGHTS and r["distribution"] == distribution),
+        lambda r: (
+            r["moe_dtype"],
+            r["num_tokens"],
+            r["hidden_size"],
+            r["inter_size"],
+            r["topk"],
+            r["num_experts"],
+            r["moe_tp_size"],
+            r["moe_ep_size"],
+        ),
+        r_,
+    )
     out = []
     for (dtype, tokens, hidden, inter, topk, experts, tp, ep), r in rows.items():
         w, group = WEIGHTS[dtype]
-        out.append(({"tokens": tokens, "experts": experts, "top_k": topk, "hidden": hidden, "inter": inter,
-                     "tp": tp, "ep": ep, "weights": w, "group": group}, _us(r)))
+        out.append(
+            (
+                {
+                    "tokens": tokens,
+                    "experts": experts,
+                    "top_k": topk,
+                    "hidden": hidden,
+                    "inter": inter,
+                    "tp": tp,
+                    "ep": ep,
+                    "weights": w,
+                    "group": group,
+                },
+                _us(r),
+            )
+        )
     return out
 
 
 def _collective(name: str, op_name: str | None) -> Callable[[dict[str, Read]], list[Entry]]:
     def mapping(t: dict[str, Read]) -> list[Entry]:
         r_ = t[name]
-        rows = _preferred((r for r in r_.rows if op_name is None or r["op_name"] == op_name),
-                          lambda r: (r["num_gpus"], r["message_size"]), r_)
+        rows = _preferred(
+            (r for r in r_.rows if op_name is None or r["op_name"] == op_name),
+            lambda r: (r["num_gpus"], r["message_size"]),
+            r_,
+        )
         return [({"bytes": size * 2, "ranks": ranks}, _us(r)) for (ranks, size), r in rows.items()]
+
     return mapping
 
 
@@ -301,8 +460,13 @@ MAPPINGS: dict[str, tuple[tuple[str, ...], Callable[..., list[Entry]]]] = {
 }
 
 
-def convert(system: str, backend: str, version: str | None = None, data: Path | None = None,
-            moe_distribution: str = MOE_DISTRIBUTIONS[0]) -> dict[str, Any]:
+def convert(
+    system: str,
+    backend: str,
+    version: str | None = None,
+    data: Path | None = None,
+    moe_distribution: str = MOE_DISTRIBUTIONS[0],
+) -> dict[str, Any]:
     """The profile document converted from the tables of `system` / `backend` (all read before anything is kept).
 
     `moe_distribution`: which measured token-to-expert routing the fused MoE rows are read at. The default,
@@ -320,14 +484,24 @@ def convert(system: str, backend: str, version: str | None = None, data: Path | 
         found = mapping(reads, moe_distribution) if family == "fused_moe" else mapping(reads)
         entries = sorted(found, key=lambda e: json.dumps(e[0], sort_keys=True))
         if not entries:
-            raise InputError(f"{reads[names[0]].path}: no rows map onto phaseplan's {family} (formats "
-                             f"{', '.join(WEIGHTS)}; caches {', '.join(KV)})")
+            raise InputError(
+                f"{reads[names[0]].path}: no rows map onto phaseplan's {family} (formats "
+                f"{', '.join(WEIGHTS)}; caches {', '.join(KV)})"
+            )
         columns = list(entries[0][0])
-        kernels[family] = {"columns": [*columns, "median_us"],
-                           "rows": [[s[c] for c in columns] + [round(us, 4)] for s, us in entries]}
+        kernels[family] = {
+            "columns": [*columns, "median_us"],
+            "rows": [[s[c] for c in columns] + [round(us, 4)] for s, us in entries],
+        }
     for name, r in reads.items():
-        tables[name] = {"file": str(r.path.relative_to(root)), "framework": r.framework, "version": r.version,
-                        "collection": r.provenance, "rows": len(r.rows), "kernel_sources": sorted(r.kernels)}
+        tables[name] = {
+            "file": str(r.path.relative_to(root)),
+            "framework": r.framework,
+            "version": r.version,
+            "collection": r.provenance,
+            "rows": len(r.rows),
+            "kernel_sources": sorted(r.kernels),
+        }
     framework = reads["gemm"].framework
     fw_versions = sorted({r.version for n, r in reads.items() if TABLES[n].framework_dir is None}, key=_version_key)
     device = {"h200_sxm": "H200", "h100_sxm": "H100", "b200_sxm": "B200"}.get(system, system)
@@ -336,14 +510,24 @@ def convert(system: str, backend: str, version: str | None = None, data: Path | 
         "device": f"NVIDIA {device}" if device in ("H200", "H100", "B200") else system,
         "source": "measured",
         "measured_by": {
-            "summary": summary, "tool": TOOL, "package": PACKAGE, "tool_version": tool_version,
-            "license": "Apache-2.0", "copyright": "NVIDIA CORPORATION & AFFILIATES", "system": system,
-            "framework": framework, "framework_versions": fw_versions, "tables": tables,
+            "summary": summary,
+            "tool": TOOL,
+            "package": PACKAGE,
+            "tool_version": tool_version,
+            "license": "Apache-2.0",
+            "copyright": "NVIDIA CORPORATION & AFFILIATES",
+            "system": system,
+            "framework": framework,
+            "framework_versions": fw_versions,
+            "tables": tables,
             "moe_distribution": moe_distribution,
-            "notes": [*NOTES, f"fused_moe rows are the '{moe_distribution}' token-to-expert distribution (a fit prices "
-                      "them at it: experts touched and the busiest EP rank, simulator/pricing/expert_routing.py)."],
+            "notes": [
+                *NOTES,
+                f"fused_moe rows are the '{moe_distribution}' token-to-expert distribution (a fit prices "
+                "them at it: experts touched and the busiest EP rank, simulator/pricing/expert_routing.py).",
+            ],
             "derived": "gemm times between measured (n, k) points are interpolated by phaseplan when read (log time "
-                       "bilinear in log n, log k): derived numbers, counted in each run's provenance",
+            "bilinear in log n, log k): derived numbers, counted in each run's provenance",
         },
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "git_commit": git_commit(),
@@ -356,14 +540,23 @@ def convert(system: str, backend: str, version: str | None = None, data: Path | 
 def dumps(doc: dict[str, Any]) -> str:
     """JSON with one table row per line: ~140,000 measured rows stay diffable without indenting every key."""
     head = json.dumps({k: v for k, v in doc.items() if k != "kernels"}, indent=1)
-    fams = ",\n".join(f' "{fam}": {{"columns": {json.dumps(t["columns"])}, "rows": [\n'
-                      + ",\n".join(json.dumps(r, separators=(",", ":")) for r in t["rows"]) + "\n ]}"
-                      for fam, t in doc["kernels"].items())
+    fams = ",\n".join(
+        f' "{fam}": {{"columns": {json.dumps(t["columns"])}, "rows": [\n'
+        + ",\n".join(json.dumps(r, separators=(",", ":")) for r in t["rows"])
+        + "\n ]}"
+        for fam, t in doc["kernels"].items()
+    )
     return head[:-2] + ',\n "kernels": {\n' + fams + "\n }\n}\n"
 
 
-def import_profile(system: str, backend: str, out: Path, version: str | None = None,
-                   data: Path | None = None, moe_distribution: str = MOE_DISTRIBUTIONS[0]) -> dict[str, Any]:
+def import_profile(
+    system: str,
+    backend: str,
+    out: Path,
+    version: str | None = None,
+    data: Path | None = None,
+    moe_distribution: str = MOE_DISTRIBUTIONS[0],
+) -> dict[str, Any]:
     """Convert and write the profile (whole or not at all); returns the document."""
     doc = convert(system, backend, version, data, moe_distribution)
     write_atomic(Path(out), dumps(doc))

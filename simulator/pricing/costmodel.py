@@ -108,8 +108,16 @@ class _Varying:
     `cap` bounds the key first (DSA: the main attention reads at most top-k keys).
     """
 
-    def __init__(self, family: str, shape: dict[str, Any], count: int, key: str, cap: float | None,
-                 curve: Curve | None, hw: HardwareSpec) -> None:
+    def __init__(
+        self,
+        family: str,
+        shape: dict[str, Any],
+        count: int,
+        key: str,
+        cap: float | None,
+        curve: Curve | None,
+        hw: HardwareSpec,
+    ) -> None:
         self.count = count
         self.family, self.ops, self.key, self.cap = family, count, key, cap
         self.curve = None if curve is None else curve.scaled(self.count)  # all `count` ops
@@ -132,8 +140,9 @@ class _Varying:
 
 
 @njit(cache=True)
-def _line_run(a: float, b: float, c: float, ctx0: int, batch: int, pages0: int, growth: np.ndarray,
-              clock: float) -> np.ndarray:
+def _line_run(
+    a: float, b: float, c: float, ctx0: int, batch: int, pages0: int, growth: np.ndarray, clock: float
+) -> np.ndarray:
     """Microseconds, end times and running microseconds of a run of decode steps whose varying parts are all on
     one roofline line (rows 0, 1, 2): step i reads `ctx0 + batch·(i+1)` tokens and `pages0 + growth[i]` pages.
     The same arithmetic, in the same order, as `_DecodePricing.price` and a clock that adds one step at a time,
@@ -378,8 +387,9 @@ class CostModel:
         self._solos = _Line(self._solo_pricer)
 
     # -- public ------------------------------------------------------------------------------------------
-    def decode_run(self, batch: int, ctx0: int, pages0: int, growth: np.ndarray,
-                   clock: float) -> tuple[DecodeSteps, list[float]]:
+    def decode_run(
+        self, batch: int, ctx0: int, pages0: int, growth: np.ndarray, clock: float
+    ) -> tuple[DecodeSteps, list[float]]:
         """A run of decode steps of `batch` sequences that hold `ctx0` tokens and `pages0` pages before it and
         take `growth[i]` more pages by step i, starting at `clock`: the priced steps (charged by the caller once
         it knows how many ran) and each step's end time."""
@@ -395,20 +405,30 @@ class CostModel:
         charged: the caller charges the steps that ran (a run of steps may be cut short)."""
         return self._pricing(batch).price(ctx_total, pages_total)
 
-    def decode_step_s(self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray,
-                      usage: Usage | None = None) -> np.ndarray:
+    def decode_step_s(
+        self, batch: int, ctx_total: np.ndarray, pages_total: np.ndarray, usage: Usage | None = None
+    ) -> np.ndarray:
         """Seconds of decode-only steps, all charged to `usage` (default: this model's own)."""
         steps = self.decode_steps(batch, ctx_total, pages_total)
         steps.charge(len(steps.us), self.usage if usage is None else usage)
         return steps.us * 1e-6
 
-    def step_s(self, decode_batch: int, decode_ctx_total: int, decode_pages: int,
-               chunks: Sequence[tuple[int, int]], usage: Usage | None = None) -> float:
+    def step_s(
+        self,
+        decode_batch: int,
+        decode_ctx_total: int,
+        decode_pages: int,
+        chunks: Sequence[tuple[int, int]],
+        usage: Usage | None = None,
+    ) -> float:
         """Seconds of one step: decode of `decode_batch` sequences plus prefill chunks (new, context before)."""
         todo = _chunks(chunks)
         if not todo:
-            return float(self.decode_step_s(decode_batch, np.array([float(decode_ctx_total)]),
-                                            np.array([float(decode_pages)]), usage)[0])
+            return float(
+                self.decode_step_s(
+                    decode_batch, np.array([float(decode_ctx_total)]), np.array([float(decode_pages)]), usage
+                )[0]
+            )
         usage = self.usage if usage is None else usage
         if not decode_batch and len(todo) == 1 and todo[0][1] == 0:  # a prompt alone, the usual prefill step
             return self._solos.charge(todo[0][0], usage) * 1e-6
@@ -418,7 +438,7 @@ class CostModel:
                 us += self._lines[line].charge(x, usage)
         if decode_batch:
             us += self._decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
-        for key in (todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)):
+        for key in todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp):
             if key[1] == 0:
                 us += self._first_chunks.charge(key[0], usage)
                 continue
@@ -430,8 +450,9 @@ class CostModel:
             us += c.charge(usage)
         return us * 1e-6
 
-    def breakdown(self, decode_batch: int, decode_ctx_total: int, decode_pages: int,
-                  chunks: Sequence[tuple[int, int]] = ()) -> dict[str, float]:
+    def breakdown(
+        self, decode_batch: int, decode_ctx_total: int, decode_pages: int, chunks: Sequence[tuple[int, int]] = ()
+    ) -> dict[str, float]:
         """Seconds per op family of one step (what `step_s` sums), largest first; charges no usage."""
         todo = _chunks(chunks)
         out: dict[str, float] = {}
@@ -441,8 +462,12 @@ class CostModel:
             parts = pricing.all_parts
         else:
             lines = step_lines(self.model, decode_batch, todo)
-            ops = [op for line, x in lines.items() if x for op in line_ops(self.model, self.pool, line, np.array([x]),
-                                                                             self.fused_moe)]
+            ops = [
+                op
+                for line, x in lines.items()
+                if x
+                for op in line_ops(self.model, self.pool, line, np.array([x]), self.fused_moe)
+            ]
             mine = todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)
             ops += [op for t, before in mine for op in chunk_ops(self.model, self.pool, t, before)]
             for fam, us in self._price_ops(ops, 1).by_family.items():
@@ -487,8 +512,9 @@ class CostModel:
         else:
             ops = step_ops(self.model, self.pool, batch, 1, (), pages, fused_moe=self.fused_moe)
             if overlap.applies(self.model, self.pool, batch):  # shared experts beside the routed ones
-                ops = overlap.overlapped(ops, self.model, self.pool, batch, self.fused_moe,
-                                         lambda op: self._price(op)[0] * op.count)
+                ops = overlap.overlapped(
+                    ops, self.model, self.pool, batch, self.fused_moe, lambda op: self._price(op)[0] * op.count
+                )
         return _DecodePricing(batch, self._fix(ops), [self._varying(op) for op in ops if op.family in VARYING])
 
     def speculative_ops(self, batch: int, context: int, pages: int) -> tuple[list[Op], list[Op]]:
@@ -499,8 +525,9 @@ class CostModel:
         verify = verify_ops(self.model, self.pool, batch, context, pages, fused_moe=self.fused_moe)
         rows = (spec.draft_tokens + 1) * batch
         if overlap.applies(self.model, self.pool, rows):
-            verify = overlap.overlapped(verify, self.model, self.pool, rows, self.fused_moe,
-                                        lambda op: self._price(op)[0] * op.count)
+            verify = overlap.overlapped(
+                verify, self.model, self.pool, rows, self.fused_moe, lambda op: self._price(op)[0] * op.count
+            )
         return verify, draft_ops(self.model, self.pool, batch, context)
 
     def _mixed_parts(self, batch: int) -> list[_Varying]:
@@ -625,8 +652,9 @@ class CostModel:
             key = "pages" if op.family == "integrity_check" else "context"
             cap = context_cap(self.model) if op.family in ATTENTION else None
             curve = self.profile.curve(op.family, params)
-            v = self._varyings[op, eager] = _Varying(op.family, params, op.count, key, cap, curve,
-                                                     self.hw if eager else self.decode_hw)
+            v = self._varyings[op, eager] = _Varying(
+                op.family, params, op.count, key, cap, curve, self.hw if eager else self.decode_hw
+            )
         return v
 
     def _fix(self, ops: list[Op]) -> _Fixed:

@@ -11,8 +11,24 @@ from simulator.errors import InputError
 from simulator.pricing.profile import Profile
 
 # What a CPU-measured profile's `device` says: the platform's processor or machine name (kernels.profiler).
-CPU_WORDS = {"cpu", "x86", "x86_64", "amd64", "i386", "i686", "aarch64", "arm", "arm64", "ppc64le", "s390x",
-             "riscv64", "intel", "xeon", "epyc", "ryzen"}
+CPU_WORDS = {
+    "cpu",
+    "x86",
+    "x86_64",
+    "amd64",
+    "i386",
+    "i686",
+    "aarch64",
+    "arm",
+    "arm64",
+    "ppc64le",
+    "s390x",
+    "riscv64",
+    "intel",
+    "xeon",
+    "epyc",
+    "ryzen",
+}
 
 
 def same_device(profile_device: str, hardware_name: str) -> bool:
@@ -30,5 +46,7 @@ def check_profile_device(sc: Scenario, base_dir: Path | None = None, allow_misma
         return
     prof = Profile.for_scenario(sc, base_dir)
     if not same_device(prof.device, sc.hardware.name):
-        raise InputError(f"profile: {sc.profile} was made on '{prof.device}', but the scenario's hardware is "
-                         f"'{sc.hardware.name}'; use a profile of that device, or pass --allow-profile-mismatch")
+        raise InputError(
+            f"profile: {sc.profile} was made on '{prof.device}', but the scenario's hardware is "
+            f"'{sc.hardware.name}'; use a profile of that device, or pass --allow-profile-mismatch"
+        )

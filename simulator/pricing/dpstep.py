@@ -76,10 +76,12 @@ class DPSteps:
         self._ranks: dict[int, _DecodePricing] = {}
         self._shared: dict[int, _Fixed] = {}
         self._a2a: dict[int, _Fixed] = {}
-        self._routed_line = _Line(lambda xs: cost._price_ops(routed_specs(model, pool, xs, model.moe_layers),
-                                                             xs.size))
-        self._a2a_line = _Line(lambda xs: cost._price_ops(
-            [op for op in routed_specs(model, pool, xs, model.moe_layers) if op.family == "alltoall"], xs.size))
+        self._routed_line = _Line(lambda xs: cost._price_ops(routed_specs(model, pool, xs, model.moe_layers), xs.size))
+        self._a2a_line = _Line(
+            lambda xs: cost._price_ops(
+                [op for op in routed_specs(model, pool, xs, model.moe_layers) if op.family == "alltoall"], xs.size
+            )
+        )
 
     # -- decode runs ---------------------------------------------------------------------------------------
     def decode_run(self, ranks: list[RankDecode], clock: float) -> tuple[DPDecodeSteps, list[float]]:
@@ -112,8 +114,9 @@ class DPSteps:
             else:
                 ops = step_ops(cost.model, cost.pool, dp * b, 1, (), pages, fused_moe=cost.fused_moe)
             own = _minus(ops, self._routed_ops(dp * b))
-            pricing = self._ranks[b] = _DecodePricing(b, cost._fix(own),
-                                                      [cost._varying(op) for op in own if op.family in VARYING])
+            pricing = self._ranks[b] = _DecodePricing(
+                b, cost._fix(own), [cost._varying(op) for op in own if op.family in VARYING]
+            )
         return pricing
 
     def shared(self, tokens: int) -> _Fixed:
@@ -260,6 +263,10 @@ def _uncharge(usage: Usage, part: Usage, share: float) -> None:
 def _charge_masked(steps: DecodeSteps, mask: np.ndarray, usage: Usage) -> None:
     """`DecodeSteps.charge` of the steps `mask` picks among the first len(mask)."""
     m = len(mask)
-    steps.book(usage, int(mask.sum()), float(steps.us[:m][mask].sum()),
-               None if steps.roof is None else float(steps.roof[:m][mask].sum()),
-               [int((miss[:m] & mask).sum()) for _, miss, _ in steps.misses])
+    steps.book(
+        usage,
+        int(mask.sum()),
+        float(steps.us[:m][mask].sum()),
+        None if steps.roof is None else float(steps.roof[:m][mask].sum()),
+        [int((miss[:m] & mask).sum()) for _, miss, _ in steps.misses],
+    )

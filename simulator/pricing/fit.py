@@ -42,8 +42,13 @@ class Group:
 
 
 def _gemm(s: Mapping[str, Any]) -> bool:
-    return s["batch"] == 1 and s["weights"] in ("bf16", "fp8") and 256 <= min(s["n"], s["k"]) \
-        and max(s["n"], s["k"]) <= 32768 and s["m"] <= 16384
+    return (
+        s["batch"] == 1
+        and s["weights"] in ("bf16", "fp8")
+        and 256 <= min(s["n"], s["k"])
+        and max(s["n"], s["k"]) <= 32768
+        and s["m"] <= 16384
+    )
 
 
 def _decode(kv: str) -> Callable[[Mapping[str, Any]], bool]:
@@ -51,21 +56,45 @@ def _decode(kv: str) -> Callable[[Mapping[str, Any]], bool]:
 
 
 GROUPS = (
-    Group("GEMM, BF16 and block FP8 (n, k 256-32K, m <= 16K)", ("gemm",), _gemm,
-          ("mem_eff_gemm", "mma_eff_gemm", "floor_gemm_us")),
-    Group("decode attention, BF16 cache (MLA + GQA; context >= 1K)", ("decode_attention_mla", "decode_attention_gqa"),
-          _decode("bf16"), ("mem_eff_decode_attn", "mma_eff_decode_attn", "floor_decode_attn_us")),
-    Group("prefill attention (no prefix, >= 512 tokens)", ("prefill_attention",), lambda s: s["tokens"] >= 512,
-          ("mma_eff_prefill_attn", "floor_prefill_attn_us")),
-    Group("fused MoE, BF16 and block FP8 (8 GPUs: TP x EP = 8)", ("fused_moe",),
-          lambda s: s["weights"] in ("bf16", "fp8") and s["tp"] * s["ep"] == 8,
-          ("mem_eff_moe", "mma_eff_moe", "floor_moe_us")),
-    Group("fused MoE, INT4 weight-only, Marlin (TP x EP = 8)", ("fused_moe",),
-          lambda s: s["weights"] == "int4" and s["tp"] * s["ep"] == 8, ("mem_eff_int4", "int4_mma_factor")),
+    Group(
+        "GEMM, BF16 and block FP8 (n, k 256-32K, m <= 16K)",
+        ("gemm",),
+        _gemm,
+        ("mem_eff_gemm", "mma_eff_gemm", "floor_gemm_us"),
+    ),
+    Group(
+        "decode attention, BF16 cache (MLA + GQA; context >= 1K)",
+        ("decode_attention_mla", "decode_attention_gqa"),
+        _decode("bf16"),
+        ("mem_eff_decode_attn", "mma_eff_decode_attn", "floor_decode_attn_us"),
+    ),
+    Group(
+        "prefill attention (no prefix, >= 512 tokens)",
+        ("prefill_attention",),
+        lambda s: s["tokens"] >= 512,
+        ("mma_eff_prefill_attn", "floor_prefill_attn_us"),
+    ),
+    Group(
+        "fused MoE, BF16 and block FP8 (8 GPUs: TP x EP = 8)",
+        ("fused_moe",),
+        lambda s: s["weights"] in ("bf16", "fp8") and s["tp"] * s["ep"] == 8,
+        ("mem_eff_moe", "mma_eff_moe", "floor_moe_us"),
+    ),
+    Group(
+        "fused MoE, INT4 weight-only, Marlin (TP x EP = 8)",
+        ("fused_moe",),
+        lambda s: s["weights"] == "int4" and s["tp"] * s["ep"] == 8,
+        ("mem_eff_int4", "int4_mma_factor"),
+    ),
     Group("all-reduce", ("allreduce",), lambda s: True, ("allreduce_latency_us", "nvlink_eff")),
     Group("all-gather", ("allgather",), lambda s: True, ("latency_allgather_us", "nvlink_eff_allgather")),
-    Group("MLA decode attention, FP8 cache (engine-specific: a pool's fp8_kv_read_factor, not the preset)",
-          ("decode_attention_mla",), _decode("fp8_e4m3"), ("fp8_kv_dequant_factor",), engine=True),
+    Group(
+        "MLA decode attention, FP8 cache (engine-specific: a pool's fp8_kv_read_factor, not the preset)",
+        ("decode_attention_mla",),
+        _decode("fp8_e4m3"),
+        ("fp8_kv_dequant_factor",),
+        engine=True,
+    ),
 )
 
 
@@ -97,8 +126,11 @@ def _batches(doc: Mapping[str, Any], group: Group) -> list[Batch]:
         t = doc["kernels"].get(family)
         if t is None:
             continue
-        rows = [dict(zip(t["columns"], r, strict=True)) for r in t["rows"]] if isinstance(t, dict) \
+        rows = (
+            [dict(zip(t["columns"], r, strict=True)) for r in t["rows"]]
+            if isinstance(t, dict)
             else [{**e["shape"], "median_us": e["median_us"]} for e in t]
+        )
         ax = AXES[family]
         axis = [k for k in (ax.outer, *ax.inner_keys) if k]
         forms: dict[tuple, list[dict[str, Any]]] = {}
@@ -106,8 +138,9 @@ def _batches(doc: Mapping[str, Any], group: Group) -> list[Batch]:
             if group.keep(r):
                 forms.setdefault(tuple((k, r[k]) for k in FAMILIES[family] if k not in axis), []).append(r)
         for form, rs in forms.items():
-            shape: dict[str, Any] = {k: (1 if k == "page_size" else "flat" if k == "layout" else v)
-                                     if v == ANY else v for k, v in form}
+            shape: dict[str, Any] = {
+                k: (1 if k == "page_size" else "flat" if k == "layout" else v) if v == ANY else v for k, v in form
+            }
             shape.update({k: np.array([r[k] for r in rs], dtype=float) for k in axis})
             if family == "fused_moe":  # its parts' shapes take integer token counts; experts touched as measured
                 shape["tokens"] = shape["tokens"].astype(np.int64)
@@ -124,8 +157,12 @@ def _measured_routing(doc: Mapping[str, Any]) -> Routing:
 
 def _with(hw: HardwareSpec, values: Mapping[str, float]) -> HardwareSpec:
     factors = {k: v for k, v in values.items() if k not in HW_FIELDS}
-    return hw.model_copy(update={**{k: v for k, v in values.items() if k in HW_FIELDS},
-                                 "roofline": RooflineFit(source="fit in progress", factors=factors)})
+    return hw.model_copy(
+        update={
+            **{k: v for k, v in values.items() if k in HW_FIELDS},
+            "roofline": RooflineFit(source="fit in progress", factors=factors),
+        }
+    )
 
 
 def _log_residuals(batches: list[Batch], hw: HardwareSpec) -> np.ndarray:
@@ -165,17 +202,30 @@ def fit(doc: Mapping[str, Any], hw: HardwareSpec) -> FitResult:
             x0 = np.log([_default(p, base) for p in group.params])
 
             def fun(x: np.ndarray, group: Group = group, batches: list[Batch] = batches) -> np.ndarray:
-                return _log_residuals(batches, _with(base, {**values, **dict(zip(group.params, np.exp(x),
-                                                                                strict=True))}))
+                return _log_residuals(
+                    batches, _with(base, {**values, **dict(zip(group.params, np.exp(x), strict=True))})
+                )
 
             sol = least_squares(fun, x0, bounds=(np.log(1e-3), np.log(1e3)), x_scale=1.0)
             fitted = {p: float(f"{v:.4g}") for p, v in zip(group.params, np.exp(sol.x), strict=True)}
             (engine if group.engine else values).update(fitted)
         after = _log_residuals(batches, _with(base, {**values, **engine} if group.engine else values))
-        residuals.append(Residual(group.name, before.size, _rms(before), _rms(after), math.exp(np.median(before)),
-                                  math.exp(np.median(after))))
-    return FitResult({k: v for k, v in values.items() if k not in HW_FIELDS},
-                     {k: v for k, v in values.items() if k in HW_FIELDS}, residuals, engine)
+        residuals.append(
+            Residual(
+                group.name,
+                before.size,
+                _rms(before),
+                _rms(after),
+                math.exp(np.median(before)),
+                math.exp(np.median(after)),
+            )
+        )
+    return FitResult(
+        {k: v for k, v in values.items() if k not in HW_FIELDS},
+        {k: v for k, v in values.items() if k in HW_FIELDS},
+        residuals,
+        engine,
+    )
 
 
 def _rms(r: np.ndarray) -> float:

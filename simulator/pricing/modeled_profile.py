@@ -23,8 +23,9 @@ from simulator.pricing.ops import COLLECTIVES
 def git_commit() -> str:
     """The repository's HEAD, or 'unknown' outside a git checkout (or before the first commit)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return out.stdout.strip() if out.returncode == 0 else "unknown"
@@ -52,8 +53,9 @@ def modeled_profile(hw: HardwareSpec, shapes: Mapping[str, Sequence[Mapping[str,
     }
 
 
-def write_modeled_profile(hw: HardwareSpec, shapes: Mapping[str, Sequence[Mapping[str, Any]]],
-                          out_path: str | Path) -> Path:
+def write_modeled_profile(
+    hw: HardwareSpec, shapes: Mapping[str, Sequence[Mapping[str, Any]]], out_path: str | Path
+) -> Path:
     """Write the modeled profile JSON to `out_path` (folders created, written whole or not at all)."""
     path = Path(out_path)
     write_atomic(path, json.dumps(modeled_profile(hw, shapes), indent=1) + "\n")

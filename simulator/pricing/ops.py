@@ -179,8 +179,9 @@ class _Builder:
             return self.pool.weights, self.group if self.pool.weights in GROUPED else 0
         return "bf16", 0
 
-    def gemm(self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1,
-             fused_quant: bool = False) -> None:
+    def gemm(
+        self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1, fused_quant: bool = False
+    ) -> None:
         """`fused_quant`: the input comes from a norm or activation kernel that, with fusion on, also writes
         its FP8 copy (that kernel counts the bytes, `quant_bytes`)."""
         w, g = self.fmt(component)
@@ -216,9 +217,16 @@ def _round_up_from_one(x: Any) -> Any:
     return np.maximum(1, np.rint(x)).astype(np.int64) if isinstance(x, np.ndarray) else max(1, round(x))
 
 
-def step_ops(model: ModelSpec, pool: Pool, decode_batch: int, decode_context: int,
-             prefill_chunks: Sequence[tuple[int, int]] = (), integrity_pages: int = 0, queries: int = 1,
-             fused_moe: bool = False) -> list[Op]:
+def step_ops(
+    model: ModelSpec,
+    pool: Pool,
+    decode_batch: int,
+    decode_context: int,
+    prefill_chunks: Sequence[tuple[int, int]] = (),
+    integrity_pages: int = 0,
+    queries: int = 1,
+    fused_moe: bool = False,
+) -> list[Op]:
     """The kernels one GPU runs for one step: `decode_batch` sequences of `decode_context` tokens (mean)
     each decoding one token (`queries` > 1: verifying that many positions), plus prefill chunks of
     (new_tokens, context_before). `fused_moe`: each MoE layer's routed experts as one `fused_moe` op (for a
@@ -239,6 +247,7 @@ def step_ops(model: ModelSpec, pool: Pool, decode_batch: int, decode_context: in
 # A step is the sum of parts that each depend on few numbers, so a cost model can price each part once per
 # value: the "lines" (ops that depend on one count of the step only), the decode batch's attention, and one
 # part per prefill chunk. `step_ops` is exactly their merge.
+
 
 def step_lines(model: ModelSpec, decode_batch: int, chunks: Sequence[tuple[int, int]]) -> dict[str, int]:
     """The counts the step's lines depend on: tokens (every row of the step), rows (sequences that sample a
@@ -330,15 +339,36 @@ def _decode(b: _Builder, batch: int, context: int, integrity_pages: int, queries
     batch = _rank_rows(b, batch)
     a, L, tp = model.attention, model.layers, b.tp
     if isinstance(a, MLA):
-        b.add("decode_attention_mla", L, heads=_div(a.heads, tp) * queries, batch=batch,
-              context=_attended(model, context), kv=pool.kv_cache, layout=pool.kv_layout, page_size=pool.page_size)
+        b.add(
+            "decode_attention_mla",
+            L,
+            heads=_div(a.heads, tp) * queries,
+            batch=batch,
+            context=_attended(model, context),
+            kv=pool.kv_cache,
+            layout=pool.kv_layout,
+            page_size=pool.page_size,
+        )
     else:
-        b.add("decode_attention_gqa", L, q_heads=_div(a.heads, tp) * queries, kv_heads=_div(a.kv_heads, tp),
-              head_dim=a.head_dim, batch=batch, context=_attended(model, context), kv=pool.kv_cache,
-              page_size=pool.page_size)
+        b.add(
+            "decode_attention_gqa",
+            L,
+            q_heads=_div(a.heads, tp) * queries,
+            kv_heads=_div(a.kv_heads, tp),
+            head_dim=a.head_dim,
+            batch=batch,
+            context=_attended(model, context),
+            kv=pool.kv_cache,
+            page_size=pool.page_size,
+        )
     if model.indexer:
-        b.add("decode_indexer", _indexed_layers(model), batch=batch * queries, context=int(context),
-              **_indexer_keys(model))
+        b.add(
+            "decode_indexer",
+            _indexed_layers(model),
+            batch=batch * queries,
+            context=int(context),
+            **_indexer_keys(model),
+        )
     if integrity_pages > 0:
         b.add("integrity_check", 1, pages=int(integrity_pages))
 
@@ -350,15 +380,42 @@ def _chunk(b: _Builder, t: int, before: int) -> None:
     if isinstance(a, MLA):
         heads = _div(a.heads, tp)
         if model.indexer:  # sparse: absorbed MQA over the latents
-            b.add("prefill_attention", L, heads=heads, kv_heads=1, qk_dim=a.kv_lora_rank + a.qk_rope_head_dim,
-                  v_dim=a.kv_lora_rank, tokens=t, context=before + t, topk=topk)
+            b.add(
+                "prefill_attention",
+                L,
+                heads=heads,
+                kv_heads=1,
+                qk_dim=a.kv_lora_rank + a.qk_rope_head_dim,
+                v_dim=a.kv_lora_rank,
+                tokens=t,
+                context=before + t,
+                topk=topk,
+            )
         else:  # expand the whole context's latents into per-head K_nope and V, then MHA
             b.gemm("attention", before + t, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, L)
-            b.add("prefill_attention", L, heads=heads, kv_heads=heads, qk_dim=a.qk_nope_head_dim + a.qk_rope_head_dim,
-                  v_dim=a.v_head_dim, tokens=t, context=before + t, topk=0)
+            b.add(
+                "prefill_attention",
+                L,
+                heads=heads,
+                kv_heads=heads,
+                qk_dim=a.qk_nope_head_dim + a.qk_rope_head_dim,
+                v_dim=a.v_head_dim,
+                tokens=t,
+                context=before + t,
+                topk=0,
+            )
     else:
-        b.add("prefill_attention", L, heads=_div(a.heads, tp), kv_heads=_div(a.kv_heads, tp), qk_dim=a.head_dim,
-              v_dim=a.head_dim, tokens=t, context=before + t, topk=topk)
+        b.add(
+            "prefill_attention",
+            L,
+            heads=_div(a.heads, tp),
+            kv_heads=_div(a.kv_heads, tp),
+            qk_dim=a.head_dim,
+            v_dim=a.head_dim,
+            tokens=t,
+            context=before + t,
+            topk=topk,
+        )
     if model.indexer:
         b.add("prefill_indexer", _indexed_layers(model), tokens=t, context=before + t, **_indexer_keys(model))
 
@@ -459,8 +516,19 @@ def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
     b.elementwise(m * E * 4 * 2, layers)  # scores, grouped top-k
     if b.fused_moe and pool.dp == 1 and pool.expert_imbalance == 1.0 and not pool.redundant_experts:
         w, g = b.fmt("routed_experts")  # the form a fused-MoE table was measured in (one TP/EP instance)
-        b.add("fused_moe", layers, tokens=m_all, experts=E, top_k=moe.top_k, hidden=hd, inter=moe.intermediate,
-              tp=pool.tp // pool.ep, ep=pool.ep, weights=w, group=g)
+        b.add(
+            "fused_moe",
+            layers,
+            tokens=m_all,
+            experts=E,
+            top_k=moe.top_k,
+            hidden=hd,
+            inter=moe.intermediate,
+            tp=pool.tp // pool.ep,
+            ep=pool.ep,
+            weights=w,
+            group=g,
+        )
         return
     _routed(b, m_all, m, layers)
 
@@ -536,8 +604,9 @@ def dispatch_bytes(hidden: int) -> int:
 def mtp_draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> list[Op]:
     """One draft step of the model's MTP module for `batch` sequences: eh_proj over [embedding; hidden], its
     norms, one decoder layer (attention over the sequence's context, the FFN) and the shared head."""
-    layer = model.model_copy(update={"layers": model.mtp_layers, "mtp_layers": 0,
-                                     "dense_layers": 0 if model.moe else model.mtp_layers})
+    layer = model.model_copy(
+        update={"layers": model.mtp_layers, "mtp_layers": 0, "dense_layers": 0 if model.moe else model.mtp_layers}
+    )
     b = _Builder(model, pool)
     rows, h = _rank_rows(b, batch), model.hidden
     b.gemm("mtp", rows, _div(h, b.tp), 2 * h, model.mtp_layers)  # eh_proj
@@ -576,6 +645,7 @@ def routed_parts(s: Mapping[str, Any], routing: Routing = UNIFORM) -> list[Spec]
 
 
 # -- what a profile must measure ---------------------------------------------------------------------------
+
 
 def profile_shapes(models_pools: Iterable[tuple[ModelSpec, Pool]]) -> dict[str, list[dict[str, int | str]]]:
     """Every shape the bundled studies' steps produce, plus the grid around them that interpolation needs.

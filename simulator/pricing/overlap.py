@@ -26,12 +26,18 @@ DUAL_STREAM_TOKENS = 1024  # SGLang's DUAL_STREAM_TOKEN_THRESHOLD (models/deepse
 
 def applies(model: ModelSpec, pool: Pool, rows: int) -> bool:
     """Whether a decode step of `rows` rows on a rank runs its shared experts beside the routed ones."""
-    return (pool.shared_expert_overlap and model.moe is not None and model.moe.shared_experts > 0
-            and pool.dp == 1 and 0 < rows <= DUAL_STREAM_TOKENS)
+    return (
+        pool.shared_expert_overlap
+        and model.moe is not None
+        and model.moe.shared_experts > 0
+        and pool.dp == 1
+        and 0 < rows <= DUAL_STREAM_TOKENS
+    )
 
 
-def overlapped(ops: list[Op], model: ModelSpec, pool: Pool, rows: int, fused_moe: bool,
-               price_us: Callable[[Op], float]) -> list[Op]:
+def overlapped(
+    ops: list[Op], model: ModelSpec, pool: Pool, rows: int, fused_moe: bool, price_us: Callable[[Op], float]
+) -> list[Op]:
     """`ops` (a decode step's `step_ops`) without the shorter MoE stream; `price_us(op)`: one op's
     microseconds, all `count` of them."""
     routed, shared = moe_streams(model, pool, rows, fused_moe)

@@ -163,9 +163,16 @@ MAX_PROFILE_BYTES = 256 << 20  # a full modeled profile is about 1 MiB
 class Profile:
     """A profile file's tables plus where they came from; `roofline()` is the empty, modeled one."""
 
-    def __init__(self, device: str, source: str, kernels: Mapping[str, list[tuple[Mapping[str, Any], float]]],
-                 file: str | None = None, date: str | None = None, measured_by: Mapping[str, Any] | None = None,
-                 interpolate_gemm: bool = False) -> None:
+    def __init__(
+        self,
+        device: str,
+        source: str,
+        kernels: Mapping[str, list[tuple[Mapping[str, Any], float]]],
+        file: str | None = None,
+        date: str | None = None,
+        measured_by: Mapping[str, Any] | None = None,
+        interpolate_gemm: bool = False,
+    ) -> None:
         self.device, self.source, self.file, self.date = device, source, file, date
         self.measured_by = dict(measured_by) if measured_by else None  # a third party's measurements: whose
         # where the roofline's factors came from when a hardware preset carries fitted ones (ops without a table
@@ -235,14 +242,16 @@ class Profile:
             raise InputError(f"{path}: kernels must map op family → list of entries")
         kernels = {f: _entries(path, f, es) for f, es in data["kernels"].items()}
         measured_by = data.get("measured_by")
-        if measured_by is not None and not (isinstance(measured_by, dict) and isinstance(measured_by.get("summary"),
-                                                                                         str)):
+        if measured_by is not None and not (
+            isinstance(measured_by, dict) and isinstance(measured_by.get("summary"), str)
+        ):
             raise InputError(f"{path}: measured_by must be an object with a 'summary' line")
         interpolate = data.get("interpolate", {})
         if interpolate not in ({}, {"gemm": ["n", "k"]}):
-            raise InputError(f"{path}: interpolate may only be {{\"gemm\": [\"n\", \"k\"]}}")
-        return cls(str(data["device"]), data["source"], kernels, str(path), data.get("date"), measured_by,
-                   bool(interpolate))
+            raise InputError(f'{path}: interpolate may only be {{"gemm": ["n", "k"]}}')
+        return cls(
+            str(data["device"]), data["source"], kernels, str(path), data.get("date"), measured_by, bool(interpolate)
+        )
 
     def provenance(self) -> dict[str, Any]:
         out = {"profile_source": self.source, "device": self.device, "file": self.file, "date": self.date}
@@ -290,8 +299,12 @@ class Profile:
             corners.append((lo, hi, 0.0 if lo == hi else (np.log(v) - np.log(lo)) / (np.log(hi) - np.log(lo))))
         (n0, n1, wn), (k0, k1, wk) = corners
         curves = []
-        for n, k, w in ((n0, k0, (1 - wn) * (1 - wk)), (n0, k1, (1 - wn) * wk), (n1, k0, wn * (1 - wk)),
-                        (n1, k1, wn * wk)):
+        for n, k, w in (
+            (n0, k0, (1 - wn) * (1 - wk)),
+            (n0, k1, (1 - wn) * wk),
+            (n1, k0, wn * (1 - wk)),
+            (n1, k1, wn * wk),
+        ):
             t = self.tables.get(("gemm", categorical("gemm", {**c, "n": n, "k": k, "m": 0})))
             if t is None or 0.0 not in t.columns:
                 return None

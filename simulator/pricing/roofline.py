@@ -90,8 +90,12 @@ KERNELS = {"decode_attention_mla": 2, "decode_attention_gqa": 2, "decode_indexer
 # the 64 rope values in BF16 (models.md).
 KV_BYTES = {"bf16": 2.0, "fp8_e4m3": 1.0}
 MLA_LATENT, MLA_NOPE = 576, 512  # the latent row: 512 + 64 rope; V is its first 512
-MLA_ROW_BYTES = {("bf16", "flat"): 1152.0, ("bf16", "tiled"): 1152.0, ("fp8_e4m3", "flat"): 576.0,
-                 ("fp8_e4m3", "tiled"): 656.0}
+MLA_ROW_BYTES = {
+    ("bf16", "flat"): 1152.0,
+    ("bf16", "tiled"): 1152.0,
+    ("fp8_e4m3", "flat"): 576.0,
+    ("fp8_e4m3", "tiled"): 656.0,
+}
 INTEGRITY_BYTES_PER_PAGE = 12  # page id, recorded tag, current tag (int32 each)
 FP8_BLOCK_SCALE_BYTES = 4 / (128 * 128)  # fp32 scale per 128×128 block
 NEW_FORMATS = frozenset({"w4a8", "nvfp4", "mxfp4"})
@@ -131,8 +135,13 @@ class Factors:
 
 FACTOR_NAMES = frozenset(f.name for f in fields(Factors))
 DEFAULT = Factors()
-_FLOOR = {"gemm": "floor_gemm_us", "moe_gemm": "floor_moe_us", "decode_attention_mla": "floor_decode_attn_us",
-          "decode_attention_gqa": "floor_decode_attn_us", "prefill_attention": "floor_prefill_attn_us"}
+_FLOOR = {
+    "gemm": "floor_gemm_us",
+    "moe_gemm": "floor_moe_us",
+    "decode_attention_mla": "floor_decode_attn_us",
+    "decode_attention_gqa": "floor_decode_attn_us",
+    "prefill_attention": "floor_prefill_attn_us",
+}
 _factors: dict[tuple, Factors] = {}
 
 
@@ -145,8 +154,10 @@ def factors(hw: HardwareSpec) -> Factors:
     if f is None:
         unknown = sorted(set(hw.roofline.factors) - FACTOR_NAMES)
         if unknown:
-            raise InputError(f"hardware {hw.name}: roofline.factors: unknown factor(s) {', '.join(unknown)} "
-                             f"(known: {', '.join(sorted(FACTOR_NAMES))})")
+            raise InputError(
+                f"hardware {hw.name}: roofline.factors: unknown factor(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(FACTOR_NAMES))})"
+            )
         f = _factors[key] = Factors(**hw.roofline.factors)
     return f
 
@@ -210,32 +221,63 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         w = s["weights"]
         wb = batch * n * k * weight_bytes(w, s["group"])
         flops = 2.0 * batch * m * n * k
-        return Work(wb + batch * m * (n + k) * 2, flops, flops, formats.tensor_core(w),
-                    f.mem_eff_int4 if w in formats.GROUPED else f.mem_eff_gemm, f.mma_eff_gemm)
+        return Work(
+            wb + batch * m * (n + k) * 2,
+            flops,
+            flops,
+            formats.tensor_core(w),
+            f.mem_eff_int4 if w in formats.GROUPED else f.mem_eff_gemm,
+            f.mma_eff_gemm,
+        )
     if family == "moe_gemm":
         t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
         rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
         wb = e * n * k * weight_bytes(w, s["group"])
-        return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, formats.tensor_core(w),
-                    f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm if w in formats.GROUPED else f.mem_eff_moe,
-                    f.mma_eff_moe)
+        return Work(
+            wb + t * (n + k) * 2,
+            2.0 * t * n * k,
+            2.0 * rows * n * k,
+            formats.tensor_core(w),
+            f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm if w in formats.GROUPED else f.mem_eff_moe,
+            f.mma_eff_moe,
+        )
     if family == "decode_attention_mla":
         h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
         flops = 2.0 * b * c * (MLA_LATENT + MLA_NOPE)
-        return Work(b * c * MLA_ROW_BYTES[kv, s["layout"]] + b * h * (MLA_LATENT + MLA_NOPE) * 2,
-                    flops * h, flops * _pad(h), "bf16", f.mem_eff_decode_attn, f.mma_eff_decode_attn,
-                    f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0, KERNELS[family])
+        return Work(
+            b * c * MLA_ROW_BYTES[kv, s["layout"]] + b * h * (MLA_LATENT + MLA_NOPE) * 2,
+            flops * h,
+            flops * _pad(h),
+            "bf16",
+            f.mem_eff_decode_attn,
+            f.mma_eff_decode_attn,
+            f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0,
+            KERNELS[family],
+        )
     if family == "decode_attention_gqa":
         hq, hk, d, b, c, kv = s["q_heads"], s["kv_heads"], s["head_dim"], s["batch"], s["context"], s["kv"]
         per_head = 2.0 * b * c * 2 * d
-        return Work(b * c * hk * 2 * d * KV_BYTES[kv] + b * hq * d * 2 * 2, per_head * hq,
-                    per_head * hk * _pad(hq / hk), "bf16", f.mem_eff_decode_attn, f.mma_eff_decode_attn,
-                    f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0, KERNELS[family])
+        return Work(
+            b * c * hk * 2 * d * KV_BYTES[kv] + b * hq * d * 2 * 2,
+            per_head * hq,
+            per_head * hk * _pad(hq / hk),
+            "bf16",
+            f.mem_eff_decode_attn,
+            f.mma_eff_decode_attn,
+            f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0,
+            KERNELS[family],
+        )
     if family == "prefill_attention":
         h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
         flops = 2.0 * h * _causal_pairs(t, c, s["topk"]) * (dq + dv)
-        return Work(t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2, flops, flops, "bf16", f.mem_eff_decode_attn,
-                    f.mma_eff_prefill_attn)
+        return Work(
+            t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2,
+            flops,
+            flops,
+            "bf16",
+            f.mem_eff_decode_attn,
+            f.mma_eff_prefill_attn,
+        )
     if family in ("decode_indexer", "prefill_indexer"):
         h, d, kb = s["heads"], s["head_dim"], s["key_bytes"]
         if family == "decode_indexer":
@@ -243,8 +285,15 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         else:
             queries, pairs, keys = s["tokens"], _causal_pairs(s["tokens"], s["context"], 0), s["context"]
         # FP8 q·k per head, ReLU-weighted sum over heads, fp32 logits written then read by top-k.
-        return Work(keys * kb + queries * h * d + pairs * 4 * 2, 2.0 * pairs * h * d, 2.0 * pairs * _pad(h) * d,
-                    "fp8", f.mem_eff_decode_attn, f.mma_eff_decode_attn, kernels=KERNELS[family])
+        return Work(
+            keys * kb + queries * h * d + pairs * 4 * 2,
+            2.0 * pairs * h * d,
+            2.0 * pairs * _pad(h) * d,
+            "fp8",
+            f.mem_eff_decode_attn,
+            f.mma_eff_decode_attn,
+            kernels=KERNELS[family],
+        )
     if family == "kv_write":
         b = s["tokens"] * s["width"] * (2 + KV_BYTES[s["kv"]])
         return Work(b, 0.0, 0.0, "bf16", f.mem_eff_scatter, 1.0)
@@ -306,8 +355,9 @@ def ideal_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:
     if family == "fused_moe":
         return sum(ideal_us(f, p, hw) * c for f, p, c in routed_parts(s, s.get("routing", UNIFORM)))
     w = work(family, s)
-    rate = {"fp8": hw.fp8_tflops, "w4a8": hw.fp8_tflops, "fp4": hw.fp4_tflops or hw.fp8_tflops}.get(w.rate,
-                                                                                                   hw.bf16_tflops)
+    rate = {"fp8": hw.fp8_tflops, "w4a8": hw.fp8_tflops, "fp4": hw.fp4_tflops or hw.fp8_tflops}.get(
+        w.rate, hw.bf16_tflops
+    )
     return _maximum(w.bytes / (hw.hbm_gbs * 1e3), w.flops / (rate * 1e6))
 
 

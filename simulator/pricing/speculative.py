@@ -16,12 +16,14 @@ from simulator.config.specs import ModelSpec
 from simulator.pricing.ops import Op, mtp_draft_ops, step_ops
 
 
-def verify_ops(model: ModelSpec, pool: Pool, batch: int, context: int, integrity_pages: int = 0,
-               fused_moe: bool = False) -> list[Op]:
+def verify_ops(
+    model: ModelSpec, pool: Pool, batch: int, context: int, integrity_pages: int = 0, fused_moe: bool = False
+) -> list[Op]:
     """The target model over k+1 positions of each of `batch` sequences (one read of each cache)."""
     assert pool.speculative is not None
-    return step_ops(model, pool, batch, context, (), integrity_pages, queries=pool.speculative.draft_tokens + 1,
-                    fused_moe=fused_moe)
+    return step_ops(
+        model, pool, batch, context, (), integrity_pages, queries=pool.speculative.draft_tokens + 1, fused_moe=fused_moe
+    )
 
 
 def draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> list[Op]:
@@ -36,7 +38,6 @@ def draft_ops(model: ModelSpec, pool: Pool, batch: int, context: int) -> list[Op
     return [Op(op.family, op.shape, op.count * spec.draft_tokens) for op in one]
 
 
-def speculative_step_ops(model: ModelSpec, pool: Pool, batch: int, context: int,
-                         integrity_pages: int = 0) -> list[Op]:
+def speculative_step_ops(model: ModelSpec, pool: Pool, batch: int, context: int, integrity_pages: int = 0) -> list[Op]:
     """One verify step and its draft steps."""
     return verify_ops(model, pool, batch, context, integrity_pages) + draft_ops(model, pool, batch, context)

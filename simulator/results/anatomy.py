@@ -41,8 +41,11 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
             # Under DP attention: a step with one such chunk on every DP rank (the spread the pricing assumes)
             ranks = max(1, min(pool.dp, pool.max_batch_tokens // chunk))
             fam = cost.breakdown(0, 0, 0, [(chunk, 0)] * ranks)
-            entry["prefill_chunk"] = {"tokens": chunk, "ms": round(sum(fam.values()) * 1e3, 4),
-                                      "by_family": _families(fam)}
+            entry["prefill_chunk"] = {
+                "tokens": chunk,
+                "ms": round(sum(fam.values()) * 1e3, 4),
+                "by_family": _families(fam),
+            }
             if ranks > 1:
                 entry["prefill_chunk"]["dp_ranks"] = ranks
             if "alltoall" in fam:
@@ -55,8 +58,12 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
             ctx = batch * (mean_prompt + mean_output // 2)
             pages = batch * -(-(mean_prompt + mean_output // 2) // pool.page_size)
             fam = cost.breakdown(batch, ctx, pages)
-            entry["decode_step"] = {"batch": batch, "context": mean_prompt + mean_output // 2,
-                                    "ms": round(sum(fam.values()) * 1e3, 4), "by_family": _families(fam)}
+            entry["decode_step"] = {
+                "batch": batch,
+                "context": mean_prompt + mean_output // 2,
+                "ms": round(sum(fam.values()) * 1e3, 4),
+                "by_family": _families(fam),
+            }
             if "alltoall" in fam:  # DP attention + wide EP: the dispatch and combine of every MoE layer
                 entry["decode_step"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
                 if pool.two_batch_overlap:
@@ -83,15 +90,22 @@ def _speculative(sim: Simulation, pool: Pool, cost: CostModel, batch: int, conte
     beside it) and what that makes the price of a token."""
     spec = pool.speculative
     assert spec is not None
-    drawn = [s.spec for i in sim.pools["decode"] for s in i.schedulers
-             if s.spec is not None and s.spec.verify_seq_steps]
+    drawn = [
+        s.spec for i in sim.pools["decode"] for s in i.schedulers if s.spec is not None and s.spec.verify_seq_steps
+    ]
     steps = sum(s.verify_seq_steps for s in drawn)
     accepted = sum(s.tokens for s in drawn) / steps if steps else spec.tokens_per_step
     verify_list, draft_list = cost.speculative_ops(batch, context, pages if sim.sc.integrity.enabled else 0)
     verify, draft = cost.ops_breakdown(verify_list), cost.ops_breakdown(draft_list)
     v, d = sum(verify.values()), sum(draft.values())
-    return {"method": spec.method, "draft_tokens": spec.draft_tokens,
-            "tokens_per_step": round(spec.tokens_per_step, 4), "accepted_per_step": round(accepted, 4),
-            "verify_ms": round(v * 1e3, 4), "verify_by_family": _families(verify),
-            "draft_ms": round(d * 1e3, 4), "draft_by_family": _families(draft),
-            "ms_per_accepted_token": round((v + d) / accepted * 1e3, 4)}
+    return {
+        "method": spec.method,
+        "draft_tokens": spec.draft_tokens,
+        "tokens_per_step": round(spec.tokens_per_step, 4),
+        "accepted_per_step": round(accepted, 4),
+        "verify_ms": round(v * 1e3, 4),
+        "verify_by_family": _families(verify),
+        "draft_ms": round(d * 1e3, 4),
+        "draft_by_family": _families(draft),
+        "ms_per_accepted_token": round((v + d) / accepted * 1e3, 4),
+    }

@@ -69,7 +69,8 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
     gpus = sum(p.gpus for p in sc.deployment.pools().values())
     price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
     slo_ok = sum(
-        1 for r in done
+        1
+        for r in done
         if (r.first_token - r.arrival) * 1e3 <= sc.slo.ttft_ms
         and (r.output <= 1 or (r.finish - r.first_token) * 1e3 / (r.output - 1) <= sc.slo.tpot_ms)
     )
@@ -112,8 +113,11 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
         },
     }
     # DP attention: how unevenly the ranks were loaded (absent without it, so other Results keep their bytes)
-    ranked = {name: rank_imbalance(insts, end) for name, insts in sim.pools.items()  # type: ignore[arg-type]
-              if insts[0].pool.dp > 1}
+    ranked = {
+        name: rank_imbalance(insts, end)
+        for name, insts in sim.pools.items()  # type: ignore[arg-type]
+        if insts[0].pool.dp > 1
+    }
     if ranked:
         out["dp_ranks"] = ranked
     return out
@@ -133,8 +137,11 @@ def build_integrity(sim: Simulation) -> dict[str, Any]:
         "tokens_lost": sum(c.tokens_lost for c in counters),
         # each abort: which request, which table slot and page failed, how, and the fault planted there
         "events": sorted(
-            ({"request": e.request, "slot": e.slot, "page": e.page, "kind": e.kind, "injected": e.injected}
-             for c in counters for e in c.aborts),
+            (
+                {"request": e.request, "slot": e.slot, "page": e.page, "kind": e.kind, "injected": e.injected}
+                for c in counters
+                for e in c.aborts
+            ),
             key=lambda e: e["request"],
         )[:EVENTS_KEPT],
     }

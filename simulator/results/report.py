@@ -26,18 +26,24 @@ def provenance_line(result: dict[str, Any]) -> str:
     p = result["provenance"]
     r = p.get("replay")
     if r is not None and r.get("clock") == "measured":
-        return (f"step times: EXECUTED on {r.get('device')} ({r.get('executed_with')}); the step anatomy above "
-                f"is the cost model's ({p.get('file') or 'roofline'})")
+        return (
+            f"step times: EXECUTED on {r.get('device')} ({r.get('executed_with')}); the step anatomy above "
+            f"is the cost model's ({p.get('file') or 'roofline'})"
+        )
     if p.get("measured_by"):  # a third party's measurements: say whose, never as if phaseplan's kernels ran
         derived = p.get("derived_gemm_forms") or 0
-        return (f"step times: {p['measured_by']} - not phaseplan's own kernels ({p.get('file')}, {p.get('date')}); "
-                f"{derived} GEMM form(s) interpolated between measured (n, k) points (derived); "
-                "ops without a table on the roofline")
+        return (
+            f"step times: {p['measured_by']} - not phaseplan's own kernels ({p.get('file')}, {p.get('date')}); "
+            f"{derived} GEMM form(s) interpolated between measured (n, k) points (derived); "
+            "ops without a table on the roofline"
+        )
     if p.get("profile_source") == "measured":
         return f"step times: MEASURED kernel profile on {p.get('device')} ({p.get('file')}, {p.get('date')})"
     fitted = " with factors fitted to measured tables, docs/calibration.md" if p.get("roofline_fit") else ""
-    return (f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}{fitted}) - "
-            "no kernel was measured for these numbers")
+    return (
+        f"step times: MODELED ({p.get('device')}; {p.get('file') or 'roofline'}{fitted}) - "
+        "no kernel was measured for these numbers"
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -58,8 +64,10 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         ("TTFT p50/p95/p99 ms", " / ".join(_fmt(m["ttft_ms"][k]) for k in ("p50", "p95", "p99"))),
         ("TPOT p50/p95/p99 ms", " / ".join(_fmt(m["tpot_ms"][k]) for k in ("p50", "p95", "p99"))),
         ("E2E p50/p95/p99 ms", " / ".join(_fmt(m["e2e_ms"][k]) for k in ("p50", "p95", "p99"))),
-        ("requests completed / rejected / aborted",
-         f"{m['completed']:,} / {m['rejected']:,} / {m['aborted']:,} of {m['requests']:,}"),
+        (
+            "requests completed / rejected / aborted",
+            f"{m['completed']:,} / {m['rejected']:,} / {m['aborted']:,} of {m['requests']:,}",
+        ),
         ("preempted", _fmt(m["preempted"])),
         ("max running (decode instance)", _fmt(m["max_running"])),
         ("KV occupancy mean / max", f"{m['kv_occupancy']['mean']:.1%} / {m['kv_occupancy']['max']:.1%}"),
@@ -67,15 +75,23 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         ("SLO attainment", "-" if m["slo_attainment"] is None else f"{m['slo_attainment']:.1%}"),
         ("cost per M output tokens", "-" if m["cost_per_mtok_usd"] is None else f"${m['cost_per_mtok_usd']:.3f}"),
         *_all_tokens_cost(result),
-        ("integrity", f"{'on' if it['enabled'] else 'off'}: checked {it['checked_pages']:,} pages, injected "
-                      f"{it['injected']}, detected {it['detected']}, false positives {it['false_positives']}, "
-                      f"aborted {it['aborted_requests']}, tokens lost {it['tokens_lost']:,}"),
+        (
+            "integrity",
+            f"{'on' if it['enabled'] else 'off'}: checked {it['checked_pages']:,} pages, injected "
+            f"{it['injected']}, detected {it['detected']}, false positives {it['false_positives']}, "
+            f"aborted {it['aborted_requests']}, tokens lost {it['tokens_lost']:,}",
+        ),
     ]
     for name, d in m.get("dp_ranks", {}).items():  # DP attention: how unevenly its ranks were loaded
         batch = "-" if d["batch_max_over_mean"] is None else f"{d['batch_max_over_mean']:.2f}×"
-        rows.append((f"{name} DP ranks: busiest / mean", f"decode batch {batch}, KV "
-                     f"{d['kv_max_over_mean']:.2f}× over {d['ranks']} ranks (fullest rank peaked at "
-                     f"{d['kv_peak_rank_occupancy']:.1%})"))
+        rows.append(
+            (
+                f"{name} DP ranks: busiest / mean",
+                f"decode batch {batch}, KV "
+                f"{d['kv_max_over_mean']:.2f}× over {d['ranks']} ranks (fullest rank peaked at "
+                f"{d['kv_peak_rank_occupancy']:.1%})",
+            )
+        )
     if m.get("rejected_by_reason"):
         rows.insert(6, ("  rejected because", ", ".join(f"{k} {v:,}" for k, v in m["rejected_by_reason"].items())))
     for k, v in rows:
@@ -109,10 +125,12 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
             console.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
         spec = entry.get("speculative")
         if spec is not None:  # the decode step above is this pair; its tokens were drawn per sequence and step
-            console.print(f"{pool} speculative ({spec['method']}, {spec['draft_tokens']} draft token(s)): verify "
-                          f"{spec['verify_ms']:,.1f} ms + draft {spec['draft_ms']:,.1f} ms a step, "
-                          f"{spec['accepted_per_step']:g} tokens accepted per step (expected "
-                          f"{spec['tokens_per_step']:g}) = {spec['ms_per_accepted_token']:,.1f} ms per token")
+            console.print(
+                f"{pool} speculative ({spec['method']}, {spec['draft_tokens']} draft token(s)): verify "
+                f"{spec['verify_ms']:,.1f} ms + draft {spec['draft_ms']:,.1f} ms a step, "
+                f"{spec['accepted_per_step']:g} tokens accepted per step (expected "
+                f"{spec['tokens_per_step']:g}) = {spec['ms_per_accepted_token']:,.1f} ms per token"
+            )
 
 
 def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:
@@ -130,13 +148,22 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
         if not rows:
             continue
         rest = list(rows[0]["point"])
-        t = Table(*[p.split(".")[-1] for p in rest], "throughput change", "TPOT p95 ms", "TPOT p95 change",
-                  title=f"{axis}: {values[0]} vs {values[1]}")
+        t = Table(
+            *[p.split(".")[-1] for p in rest],
+            "throughput change",
+            "TPOT p95 ms",
+            "TPOT p95 change",
+            title=f"{axis}: {values[0]} vs {values[1]}",
+        )
         for r in rows:
             tput, tpot = r["throughput_change"], r["tpot_p95_change"]
             a, b = r["tpot_p95_ms"]
-            t.add_row(*[str(v) for v in r["point"].values()], "-" if tput is None else f"{tput:+.2%}",
-                      f"{_fmt(a)} vs {_fmt(b)}", "-" if tpot is None else f"{tpot:+.2%}")
+            t.add_row(
+                *[str(v) for v in r["point"].values()],
+                "-" if tput is None else f"{tput:+.2%}",
+                f"{_fmt(a)} vs {_fmt(b)}",
+                "-" if tpot is None else f"{tpot:+.2%}",
+            )
         console.print(t)
     ran = [r for r in results if "provenance" in r]  # a failed point carries its error, not a provenance
     if ran:

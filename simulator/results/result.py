@@ -15,9 +15,14 @@ from simulator.results.metrics import build_integrity, build_metrics
 SCHEMA = "phaseplan.result/1"
 
 
-def simulate(sc: Scenario, base_dir: Path | None = None, *, step_mode: bool = False,
-             on_progress: Callable[[int], None] | None = None,
-             timer: StepTimer | None = None) -> tuple[dict[str, Any], Simulation]:
+def simulate(
+    sc: Scenario,
+    base_dir: Path | None = None,
+    *,
+    step_mode: bool = False,
+    on_progress: Callable[[int], None] | None = None,
+    timer: StepTimer | None = None,
+) -> tuple[dict[str, Any], Simulation]:
     """`timer`: a step timer that takes over step times (the replay executor; step mode only)."""
     sim = Simulation(sc, step_mode=step_mode, base_dir=base_dir, on_progress=on_progress, timer=timer)
     sim.run()

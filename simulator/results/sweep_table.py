@@ -14,8 +14,22 @@ from simulator.config.sweep import COLUMNS, lookup, scaled
 
 WIDTH = 80
 # Metric columns in the order they are given room; the rest are in the CSV.
-PRIORITY = ["tok/s/GPU", "TTFT p95 ms", "TPOT p95 ms", "SLO %", "$/Mtok out", "out tok/s", "KV occ max %", "preempted",
-            "max running", "TPOT p50 ms", "in tok/s", "decode step ms", "prefill chunk ms", "of it GEMM ms"]
+PRIORITY = [
+    "tok/s/GPU",
+    "TTFT p95 ms",
+    "TPOT p95 ms",
+    "SLO %",
+    "$/Mtok out",
+    "out tok/s",
+    "KV occ max %",
+    "preempted",
+    "max running",
+    "TPOT p50 ms",
+    "in tok/s",
+    "decode step ms",
+    "prefill chunk ms",
+    "of it GEMM ms",
+]
 
 
 def cell(v: Any) -> str:
@@ -42,8 +56,9 @@ def sweep_table(title: str, paths: list[str], results: list[dict[str, Any]]) -> 
     chosen, left = [], []
     for h in PRIORITY:
         path, unit = by_header[h]
-        cells = [("failed" if not chosen else "-") if "error" in r else cell(scaled(lookup(r, path), unit))
-                 for r in results]
+        cells = [
+            ("failed" if not chosen else "-") if "error" in r else cell(scaled(lookup(r, path), unit)) for r in results
+        ]
         w = _width(h, cells)
         if used + w <= WIDTH:
             chosen.append((h, cells))

@@ -85,8 +85,17 @@ def _growth(need: np.ndarray, growth: np.ndarray, grown: np.ndarray) -> None:
 
 
 @njit(cache=True)
-def _due(a: np.ndarray, n: int, at: int, need: np.ndarray, b: int, k: int, steps: np.ndarray, counts: np.ndarray,
-         rows: np.ndarray) -> int:
+def _due(
+    a: np.ndarray,
+    n: int,
+    at: int,
+    need: np.ndarray,
+    b: int,
+    k: int,
+    steps: np.ndarray,
+    counts: np.ndarray,
+    rows: np.ndarray,
+) -> int:
     """The tables that take a page at steps b..k-1: into `rows`, step by step and in batch order within a step
     (the order a clock that runs one step at a time hands pages out in); each step that takes pages into
     `steps`, with how many into `counts`. Returns how many steps take pages."""

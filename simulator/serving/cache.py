@@ -51,8 +51,7 @@ def _unlink(st: np.ndarray, p: int) -> None:
 
 
 @njit(cache=True)
-def _take(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
-          out: np.ndarray) -> None:
+def _take(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
     """`count` pages into out[0] — free ones first, then the oldest cached ones, whose keys go — each held
     once with a new tag, into out[1]. The caller has checked that there are enough."""
     k = 0
@@ -77,8 +76,17 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: 
 
 
 @njit(cache=True)
-def _take_rows(meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray, out: np.ndarray,
-               pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, rows: np.ndarray) -> int:
+def _take_rows(
+    meta: np.ndarray,
+    st: np.ndarray,
+    tag: np.ndarray,
+    index: np.ndarray,
+    out: np.ndarray,
+    pages: np.ndarray,
+    tags: np.ndarray,
+    lens: np.ndarray,
+    rows: np.ndarray,
+) -> int:
     """One fresh page (`_take`) appended to the table in each listed row, in order (a row listed twice gets
     two). Returns 0, or — having changed nothing — the width the store needs first."""
     width = 0
@@ -99,8 +107,18 @@ def _take_rows(meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndar
 
 
 @njit(cache=True)
-def _take_span(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
-               out: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, row: int) -> None:
+def _take_span(
+    count: int,
+    meta: np.ndarray,
+    st: np.ndarray,
+    tag: np.ndarray,
+    index: np.ndarray,
+    out: np.ndarray,
+    pages: np.ndarray,
+    tags: np.ndarray,
+    lens: np.ndarray,
+    row: int,
+) -> None:
     """`count` fresh pages (`_take`) appended to the table in one row; the store has room."""
     _take(count, meta, st, tag, index, out)
     col = lens[row]
@@ -141,8 +159,9 @@ def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
 
 
 @njit(cache=True)
-def _release_row(meta: np.ndarray, st: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray,
-                 row: int) -> int:
+def _release_row(
+    meta: np.ndarray, st: np.ndarray, pages: np.ndarray, tags: np.ndarray, lens: np.ndarray, row: int
+) -> int:
     """`_release` of the pages of the table in one row of a store, and the row padded again."""
     n = lens[row]
     freed = _release(pages[row, :n], meta, st)
@@ -173,8 +192,9 @@ def _admission_cost(keys: np.ndarray, pages: int, index: np.ndarray, st: np.ndar
 
 
 @njit(cache=True)
-def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
-             out: np.ndarray) -> int:
+def _acquire(
+    keys: np.ndarray, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray, out: np.ndarray
+) -> int:
     """Hold the pages of the leading keys found (into out[0], their tags into out[1]); cached pages nobody held
     leave the LRU. Returns how many."""
     n = _match(keys, index)
@@ -190,8 +210,19 @@ def _acquire(keys: np.ndarray, meta: np.ndarray, st: np.ndarray, tag: np.ndarray
 
 
 @njit(cache=True)
-def _hold(keys: np.ndarray, pages: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray,
-          out: np.ndarray, tpages: np.ndarray, ttags: np.ndarray, lens: np.ndarray, row: int) -> int:
+def _hold(
+    keys: np.ndarray,
+    pages: int,
+    meta: np.ndarray,
+    st: np.ndarray,
+    tag: np.ndarray,
+    index: np.ndarray,
+    out: np.ndarray,
+    tpages: np.ndarray,
+    ttags: np.ndarray,
+    lens: np.ndarray,
+    row: int,
+) -> int:
     """`_acquire` into the empty table in one row of a store, then fresh pages (`_take_span`) up to `pages`; the
     caller has checked that they fit. Returns the prefix pages reused."""
     n = _acquire(keys, meta, st, tag, index, out)
@@ -203,8 +234,9 @@ def _hold(keys: np.ndarray, pages: int, meta: np.ndarray, st: np.ndarray, tag: n
 
 
 @njit(cache=True)
-def _publish(pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st: np.ndarray,
-             index: np.ndarray) -> None:
+def _publish(
+    pages: np.ndarray, lens: np.ndarray, row: int, keys: np.ndarray, st: np.ndarray, index: np.ndarray
+) -> None:
     """Key the leading pages of the table in one row of a store: a page keeps its first key, a key its first
     page."""
     for i in range(min(lens[row], len(keys))):
@@ -260,8 +292,18 @@ class PagedCache:
         store = self.store
         store.fit(table.n + count)
         self.available -= count
-        _take_span(count, self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags,
-                   store.lens, table.row)
+        _take_span(
+            count,
+            self._meta,
+            self._st,
+            self.tag,
+            self._index,
+            self._out,
+            store.pages,
+            store.tags,
+            store.lens,
+            table.row,
+        )
 
     def allocate_rows(self, rows: np.ndarray) -> None:
         """One fresh page appended to the table in each listed row of the store, in list order (a decode step's
@@ -270,12 +312,14 @@ class PagedCache:
             raise OutOfPages
         store = self.store
         self.available -= len(rows)
-        width = _take_rows(self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags,
-                           store.lens, rows)
+        width = _take_rows(
+            self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags, store.lens, rows
+        )
         if width:  # the store grows first; nothing was taken
             store.fit(width)
-            _take_rows(self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags, store.lens,
-                       rows)
+            _take_rows(
+                self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags, store.lens, rows
+            )
 
     def _check_room(self, count: int) -> None:
         """Raise before anything changes if free plus evictable pages cannot cover `count`."""
@@ -305,8 +349,19 @@ class PagedCache:
         table.attach(self.store)
         store = self.store
         store.fit(pages)
-        n = _hold(keys, pages, self._meta, self._st, self.tag, self._index, self._out, store.pages, store.tags,
-                  store.lens, table.row)
+        n = _hold(
+            keys,
+            pages,
+            self._meta,
+            self._st,
+            self.tag,
+            self._index,
+            self._out,
+            store.pages,
+            store.tags,
+            store.lens,
+            table.row,
+        )
         self.available -= cost
         self.hit_tokens += n * self.page_size
         return n

@@ -28,38 +28,77 @@ from simulator.serving.speculation import Speculation
 from simulator.workload.request import Request
 
 
-def build_scheduler(sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None,
-                    seed: int) -> Scheduler:
+def build_scheduler(
+    sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None, seed: int
+) -> Scheduler:
     """The scheduler of one instance of pool `name`, over a fresh cache; `seed` numbers the instance in the
     deployment (1, 2, … across pools, in pool order), so its fault draws repeat."""
-    return _scheduler(sc, name, pool, cap.pages, pool.max_running, pool.max_batch_tokens, injector,
-                      np.random.default_rng([sc.seed, 11, seed]))
+    return _scheduler(
+        sc,
+        name,
+        pool,
+        cap.pages,
+        pool.max_running,
+        pool.max_batch_tokens,
+        injector,
+        np.random.default_rng([sc.seed, 11, seed]),
+    )
 
 
-def build_ranks(sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None,
-                seed: int) -> list[Instance]:
+def build_ranks(
+    sc: Scenario, name: str, pool: Pool, cap: PoolCapacity, injector: FaultInjector | None, seed: int
+) -> list[Instance]:
     """DP attention: the `pool.dp` ranks of one instance, each a scheduler over its own share of the instance's
     pages (`cap.per_rank`) with its share of the pool's limits: `max_running` and `max_batch_tokens` count the
     instance, as SGLang's --max-running-requests does (divided by dp_size under DP attention, tp_worker.py)."""
     assert cap.per_rank is not None
     dp = pool.dp
     running, tokens = max(1, pool.max_running // dp), max(1, pool.max_batch_tokens // dp)
-    return [Instance(name, r, pool, _scheduler(sc, name, pool, cap.per_rank["pages"], running, tokens, injector,
-                                               np.random.default_rng([sc.seed, 11, seed, r])))
-            for r in range(dp)]
+    return [
+        Instance(
+            name,
+            r,
+            pool,
+            _scheduler(
+                sc,
+                name,
+                pool,
+                cap.per_rank["pages"],
+                running,
+                tokens,
+                injector,
+                np.random.default_rng([sc.seed, 11, seed, r]),
+            ),
+        )
+        for r in range(dp)
+    ]
 
 
-def _scheduler(sc: Scenario, name: str, pool: Pool, pages: int, max_running: int, max_batch_tokens: int,
-               injector: FaultInjector | None, rng: np.random.Generator) -> Scheduler:
+def _scheduler(
+    sc: Scenario,
+    name: str,
+    pool: Pool,
+    pages: int,
+    max_running: int,
+    max_batch_tokens: int,
+    injector: FaultInjector | None,
+    rng: np.random.Generator,
+) -> Scheduler:
     cache = PagedCache(pages, pool.page_size, sc.prefix_cache.enabled)
     prefill_only = name == "prefill"
     spec = None if prefill_only or pool.speculative is None else Speculation(pool.speculative, sc.seed, pool.page_size)
     return Scheduler(
-        cache, max_running=max_running, max_batch_tokens=max_batch_tokens,
-        chunk_size=pool.chunk_size, reserve_tokens=pool.decode_reserve_tokens,
-        prefill_only=prefill_only, tracker=CheckingTracker() if sc.integrity.enabled else NoopTracker(),
+        cache,
+        max_running=max_running,
+        max_batch_tokens=max_batch_tokens,
+        chunk_size=pool.chunk_size,
+        reserve_tokens=pool.decode_reserve_tokens,
+        prefill_only=prefill_only,
+        tracker=CheckingTracker() if sc.integrity.enabled else NoopTracker(),
         injector=None if prefill_only else injector,
-        fault_rate=sc.integrity.fault_rate, rng=rng, speculation=spec,
+        fault_rate=sc.integrity.fault_rate,
+        rng=rng,
+        speculation=spec,
     )
 
 
@@ -138,8 +177,9 @@ class Instance:
         its first token; the prefill instance's page keys are reused when the page sizes agree."""
         req = pseq.req
         same_pages = self.cache.page_size == src.cache.page_size
-        return self.sched.new_seq(req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None,
-                                  generated=1)
+        return self.sched.new_seq(
+            req, req.prompt_tokens, req.output_tokens - 1, pseq.keys if same_pages else None, generated=1
+        )
 
     # -- runs of steps ---------------------------------------------------------------------------------
     def begin(self, plan: Plan) -> None:

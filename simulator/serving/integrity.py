@@ -25,8 +25,15 @@ class Violation:
 
 
 @njit(cache=True, nogil=True)
-def _first_bad(pages: np.ndarray, recorded: np.ndarray, lens: np.ndarray, tag: np.ndarray, rows: np.ndarray,
-               num_pages: int, out: np.ndarray) -> tuple[int, int]:
+def _first_bad(
+    pages: np.ndarray,
+    recorded: np.ndarray,
+    lens: np.ndarray,
+    tag: np.ndarray,
+    rows: np.ndarray,
+    num_pages: int,
+    out: np.ndarray,
+) -> tuple[int, int]:
     """Into `out`, (batch index, slot) of the first bad entry of every table that has one, in batch order;
     returns how many tables are bad and how many entries were checked.
 

@@ -126,8 +126,9 @@ class Scheduler:
         self._queued = 0  # `queued_tokens`
 
     # -- entry points ------------------------------------------------------------------------------
-    def new_seq(self, req: Request, target: int, remaining: int, keys: np.ndarray | None = None,
-                generated: int = 0) -> Seq:
+    def new_seq(
+        self, req: Request, target: int, remaining: int, keys: np.ndarray | None = None, generated: int = 0
+    ) -> Seq:
         """`keys`: the request's page keys if already known for this page size (the prefill instance's);
         `generated`: output tokens it produced elsewhere (a transferred request's first)."""
         seq = Seq(req, target, self.counter, remaining, self.keys_for(req) if keys is None else keys)
@@ -226,8 +227,10 @@ class Scheduler:
         """Whether the head of the queue would be admitted now. Inside a run of decode steps pages are only taken,
         never freed, so if it does not fit at a run's first step it fits at none of the run's later ones."""
         seq = self.waiting[0]
-        return (len(self.running) < self.max_running
-                and self.cache.cost(seq.keys, self._pages(seq.target)) + self.reserve_pages <= self.cache.available)
+        return (
+            len(self.running) < self.max_running
+            and self.cache.cost(seq.keys, self._pages(seq.target)) + self.reserve_pages <= self.cache.available
+        )
 
     def growth(self, plan: Plan, n: int) -> np.ndarray:
         """Cumulative new pages the decode batch needs after each of its next n steps (O(n + batch)), computed
@@ -331,8 +334,16 @@ class Scheduler:
             self._ctx_base += seq._computed - at
             steps = seq._remaining
             if self.spec is not None:  # its drawn chain: the steps until its output ends
-                seq._gains = self.spec.join(seq.order, seq.req.id, seq.req.output_tokens, seq._generated,
-                                            seq._remaining, seq._computed, seq.table.n, at)
+                seq._gains = self.spec.join(
+                    seq.order,
+                    seq.req.id,
+                    seq.req.output_tokens,
+                    seq._generated,
+                    seq._remaining,
+                    seq._computed,
+                    seq.table.n,
+                    at,
+                )
                 steps = len(seq._gains) - 1
             self.batch.join(seq, seq.order, seq.table.row, seq._computed, steps, seq._fault_in, at)
         self._joining.clear()

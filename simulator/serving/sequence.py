@@ -48,8 +48,22 @@ class Seq:
     steps advances the whole batch by adding k to one counter.
     """
 
-    __slots__ = ("req", "target", "table", "keys", "order", "fault", "status", "_counter", "_origin",
-                 "_computed", "_remaining", "_generated", "_fault_in", "_gains")
+    __slots__ = (
+        "req",
+        "target",
+        "table",
+        "keys",
+        "order",
+        "fault",
+        "status",
+        "_counter",
+        "_origin",
+        "_computed",
+        "_remaining",
+        "_generated",
+        "_fault_in",
+        "_gains",
+    )
 
     def __init__(self, req: Request, target: int, counter: StepCounter, remaining: int, keys: np.ndarray) -> None:
         self.req = req

@@ -49,8 +49,18 @@ def _pages(tokens: int, k1: int, ps: int) -> int:
 
 
 @njit(cache=True)
-def _new_pages(a: np.ndarray, n: int, store: np.ndarray, at: int, b: int, k: int, k1: int, ps: int,
-               new: np.ndarray, ctx: np.ndarray) -> None:
+def _new_pages(
+    a: np.ndarray,
+    n: int,
+    store: np.ndarray,
+    at: int,
+    b: int,
+    k: int,
+    k1: int,
+    ps: int,
+    new: np.ndarray,
+    ctx: np.ndarray,
+) -> None:
     """new[i, s]: pages sequence i takes at step b+s of a run planned at step count `at` (s < k - b); ctx[s]: the
     tokens the batch has cached when that step starts."""
     for i in range(n):
@@ -122,8 +132,9 @@ class Speculation:
         u = np.random.default_rng([self.seed, 13, req_id]).random((output, self.k))
         return 1 + np.cumprod(u < self.probs, axis=1).sum(axis=1)
 
-    def join(self, order: int, req_id: int, output: int, generated: int, remaining: int, cached: int, held: int,
-             at: int) -> np.ndarray:
+    def join(
+        self, order: int, req_id: int, output: int, generated: int, remaining: int, cached: int, held: int, at: int
+    ) -> np.ndarray:
         """A sequence joins the batch at step count `at` (the batch places it by admission order, and so does
         this): its chain from there (returned: its progress reads it), whose length less one is the verify steps
         until its output ends."""

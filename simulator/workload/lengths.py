@@ -39,8 +39,9 @@ def read_lengths(path: Path) -> np.ndarray:
         except ValueError:
             v = 0
         if not 1 <= v <= MAX_LENGTH:
-            raise InputError(f"{path}: line {n}: expected an integer length in [1, {MAX_LENGTH:,}], got "
-                             f"{line.strip()[:40]!r}")
+            raise InputError(
+                f"{path}: line {n}: expected an integer length in [1, {MAX_LENGTH:,}], got {line.strip()[:40]!r}"
+            )
         values.append(v)
     if not values:
         raise InputError(f"{path}: length file has no lengths")

@@ -164,8 +164,16 @@ class SyntheticSource(TrafficSource):
         base = self._traffic.shared_prefix_tokens
         rows = zip(ids, arrivals, users, outputs, keys, sessions, clients, strict=True)
         return [
-            Request(id=i, arrival=a, prompt_tokens=base + u, output_tokens=o, session=se, client=c,
-                    blocks=shared + stream_blocks(key, k, (base + u) // BLOCK_TOKENS), block_tokens=BLOCK_TOKENS)
+            Request(
+                id=i,
+                arrival=a,
+                prompt_tokens=base + u,
+                output_tokens=o,
+                session=se,
+                client=c,
+                blocks=shared + stream_blocks(key, k, (base + u) // BLOCK_TOKENS),
+                block_tokens=BLOCK_TOKENS,
+            )
             for i, a, u, o, key, se, c in rows
         ]
 
@@ -208,19 +216,23 @@ class ContextLimit(TrafficSource):
         if req.prompt_tokens + req.output_tokens <= self._context:
             return req
         if not self._truncate:
-            what = ("prompt" if req.prompt_tokens > self._context else
-                    f"prompt and a {req.output_tokens:,}-token answer ({req.prompt_tokens + req.output_tokens:,})")
-            raise InputError(f"{self._where}: request {req.id} (arriving at {req.arrival:g} s) has a "
-                             f"{req.prompt_tokens:,}-token {what}, over the model's context of {self._context:,}; "
-                             "set traffic.truncate_to_context: true to cut such requests")
+            what = (
+                "prompt"
+                if req.prompt_tokens > self._context
+                else f"prompt and a {req.output_tokens:,}-token answer ({req.prompt_tokens + req.output_tokens:,})"
+            )
+            raise InputError(
+                f"{self._where}: request {req.id} (arriving at {req.arrival:g} s) has a "
+                f"{req.prompt_tokens:,}-token {what}, over the model's context of {self._context:,}; "
+                "set traffic.truncate_to_context: true to cut such requests"
+            )
         req.output_tokens = min(req.output_tokens, self._context - 1)
         req.prompt_tokens = min(req.prompt_tokens, self._context - req.output_tokens)
         req.blocks = req.blocks[: req.prompt_tokens // req.block_tokens]
         return req
 
 
-def make_source(traffic: Traffic, seed: int, base_dir: Path | None = None,
-                context: int | None = None) -> TrafficSource:
+def make_source(traffic: Traffic, seed: int, base_dir: Path | None = None, context: int | None = None) -> TrafficSource:
     """The scenario's traffic; `base_dir` (the scenario's folder) anchors relative trace and length files;
     `context`, the model's, bounds every prompt (None: unknown, unchecked)."""
     if traffic.trace is None:
