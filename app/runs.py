@@ -19,8 +19,8 @@ import numpy as np
 from app.scenario_io import Study
 from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.engine.run import simulate
 from simulator.errors import InputError
-from simulator.results.result import simulate
 
 MAX_REQUESTS = 3000  # an interactive what-if answers in seconds; `phaseplan run` runs the whole study
 SERIES_POINTS = 120
@@ -135,8 +135,8 @@ def run(
         return hit
     total = sc.traffic.requests or 0
     tick = (lambda done: on_progress(done, total)) if on_progress is not None else None
-    result, sim = simulate(sc, study.base_dir, on_progress=tick)
-    recs = list(sim.records.values())
+    result, ran = simulate(sc, study.base_dir, on_progress=tick)
+    recs = ran.requests
     done = [r for r in recs if r.status == "completed"]
     out = Run(
         key=key,

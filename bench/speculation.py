@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.config import loader  # noqa: E402
-from simulator.results.result import simulate  # noqa: E402
+from simulator.engine.run import simulate  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"
 

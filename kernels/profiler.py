@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress
 
 from simulator.atomic import write_atomic
+from simulator.calibration.modeled_profile import git_commit, write_modeled_profile
 from simulator.config import loader, presets
 from simulator.config.specs import FP4_FORMATS, HardwareSpec, ModelSpec
 from simulator.config.sweep import points, scenario_at
 from simulator.pricing import ops
-from simulator.pricing.modeled_profile import git_commit, write_modeled_profile
 from simulator.pricing.profile import AXES, categorical
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -21,9 +21,9 @@ from simulator.atomic import write_atomic
 from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import points, scenario_at
+from simulator.engine.run import simulate
 from simulator.pricing.ops import COLLECTIVES, DECODE_CONTEXT_FAMILIES, Op, step_ops
 from simulator.pricing.profile import AXES, categorical
-from simulator.results.result import simulate
 
 OUTER = 24
 INNER = 10

@@ -33,7 +33,7 @@ def aiconfigurator(
     system: str, backend: str, version: str | None, data: Path | None, moe_distribution: str, out: Path
 ) -> None:
     """NVIDIA AIConfigurator's measured tables (PyPI aiconfigurator-core, Apache-2.0) as a profile."""
-    from simulator.pricing.aiconfigurator import import_profile
+    from simulator.calibration.aiconfigurator import import_profile
 
     doc = import_profile(system, backend, out, version=version, data=data, moe_distribution=moe_distribution)
     counts = ", ".join(f"{f} {len(e['rows'])}" for f, e in doc["kernels"].items())
@@ -53,9 +53,9 @@ def profile_fit(path: Path, hardware: str) -> None:
     """Fit a hardware's roofline factors to a measured profile; prints residuals and the preset's YAML."""
     import yaml
 
+    from simulator.calibration.fit import fit_file
     from simulator.config import presets
     from simulator.config.specs import HardwareSpec
-    from simulator.pricing.fit import fit_file
 
     hw = HardwareSpec(**presets.hardware(hardware))
     result = fit_file(path, hw)

@@ -110,7 +110,7 @@ def _progress(total: float) -> tuple[Progress | None, Any]:
 
 
 def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> dict[str, Any]:
-    from simulator.results.result import simulate
+    from simulator.engine.run import simulate
 
     prog, tick = _progress(expected)
     if prog is None:
@@ -122,7 +122,7 @@ def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> dict[str, 
 def _preflight(sc: Any, base_dir: Path, limits: Any, allow_mismatch: bool, where: str = "") -> Any:
     """Everything a run is refused for, checked before it starts: the work it implies and its profile."""
     from simulator.budget import check
-    from simulator.pricing.device_match import check_profile_device
+    from simulator.calibration.device_match import check_profile_device
 
     est = check(sc, base_dir, limits, where)
     check_profile_device(sc, base_dir, allow_mismatch)
@@ -415,7 +415,7 @@ def bench_sim(
     allow_profile_mismatch: bool,
 ) -> None:
     """Simulator speed: open-loop traffic on 8 prefill + 16 decode instances; requests per wall-second."""
-    from simulator.modeled.bench import bench, scenario
+    from phaseplan.bench import bench, scenario
 
     limits = planner.work_limits(no_limits, max_requests)
     _preflight(scenario(hours, rate, sets), Path.cwd(), limits, allow_profile_mismatch)

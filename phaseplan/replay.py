@@ -37,7 +37,7 @@ def replay_command(
     if out is not None:
         check_target(out, ["result.json"])  # before any device time is spent
     budget.check(sc, scenario.parent, limits)
-    result, _ = replay(sc, scenario.parent, device, clock, budget_s)
+    result = replay(sc, scenario.parent, device, clock, budget_s).result
     if out is not None:
         write_atomic(out / "result.json", _dump(result) + "\n")
     if as_json:

@@ -12,8 +12,8 @@ import yaml
 from app import compare, gpu_memory, knobs, runs, scenario_io
 from simulator.capacity import capacity_report
 from simulator.config import loader
+from simulator.engine.run import simulate
 from simulator.errors import InputError
-from simulator.results.result import simulate
 
 SC = scenario_io.SCENARIOS
 

@@ -16,7 +16,7 @@ from app import scenario_io
 from app.views.fmt import num
 from simulator.capacity import capacity_report
 from simulator.config import loader
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
 
 STUDY = "kimi-k2.6-kv-formats"
 

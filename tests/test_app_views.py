@@ -13,7 +13,7 @@ from app import runs, scenario_io
 from app.views.fmt import num
 from simulator.capacity import capacity_report
 from simulator.config import loader
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
 
 testing = pytest.importorskip("streamlit.testing.v1", reason="the `app` extra (Streamlit) is not installed")
 

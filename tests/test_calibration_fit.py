@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.calibration import fit
 from simulator.config import presets
 from simulator.config.specs import HardwareSpec, RooflineFit
 from simulator.errors import InputError
-from simulator.pricing import fit, roofline
+from simulator.pricing import roofline
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = HardwareSpec(**presets.hardware("h200"))

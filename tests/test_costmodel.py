@@ -9,13 +9,13 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from simulator.calibration.modeled_profile import write_modeled_profile
 from simulator.config import presets
 from simulator.config.scenario import Pool
 from simulator.config.specs import HardwareSpec, ModelSpec
 from simulator.errors import InputError
 from simulator.pricing import roofline
 from simulator.pricing.costmodel import CostModel, Usage
-from simulator.pricing.modeled_profile import write_modeled_profile
 from simulator.pricing.ops import Op, expected_experts, profile_shapes, step_lines, step_ops
 from simulator.pricing.profile import Profile
 

@@ -12,10 +12,10 @@ import pytest
 from simulator.capacity import pool_capacity
 from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.engine.run import simulate
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
-from simulator.results.result import simulate
 from simulator.serving.instance import build_ranks
 from simulator.serving.routing import dp_rank
 from simulator.workload.request import Request
@@ -92,23 +92,23 @@ def test_requests_go_to_the_least_loaded_rank_and_stay(tmp_path: Path) -> None:
     rows = [{"arrival": 0.0, "prompt_tokens": 16, "output_tokens": 4}] * 4
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     sc = scenario(traffic={"trace": "t.jsonl"})
-    result, sim = simulate(sc, base_dir=tmp_path)
-    inst = sim.pools["decode"][0]
+    result, run = simulate(sc, base_dir=tmp_path)
+    inst = run.pools["decode"].instances[0]
     assert result["metrics"]["completed"] == 4
-    assert [r.sched.counters.preempted for r in inst.ranks] == [0, 0]
-    assert [r.cache.lookup_tokens for r in inst.ranks] == [32, 32]  # two 16-token prompts looked up on each
+    assert inst.counters.preempted == 0
+    assert [r.lookup_tokens for r in inst.ranks] == [32, 32]  # two 16-token prompts looked up on each
     even = {
         "ranks": 2,
         "batch_max_over_mean": 1.0,
         "kv_max_over_mean": 1.0,
-        "kv_peak_rank_occupancy": pytest.approx(2 / inst.ranks[0].cache.num_pages, abs=1e-4),
+        "kv_peak_rank_occupancy": pytest.approx(2 / inst.ranks[0].log.pages, abs=1e-4),
     }
     assert result["metrics"]["dp_ranks"]["decode"] == even
     # a long prompt first (10 pages queued on rank 0): the three short ones all go to rank 1 (1, 2, 3 pages)
     rows = [{"arrival": 0.0, "prompt_tokens": 160, "output_tokens": 4}] + rows[:3]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result, sim = simulate(sc, base_dir=tmp_path)
-    assert [r.cache.lookup_tokens for r in sim.pools["decode"][0].ranks] == [160, 48]
+    result, run = simulate(sc, base_dir=tmp_path)
+    assert [r.lookup_tokens for r in run.pools["decode"].instances[0].ranks] == [160, 48]
     # rank 0 decodes 1 sequence, rank 1 three: the busiest rank's batch is 3 against a mean of 2
     assert result["metrics"]["dp_ranks"]["decode"]["batch_max_over_mean"] == 1.5
 

@@ -10,7 +10,7 @@ import pytest
 
 from simulator.config import loader
 from simulator.config.scenario import Scenario
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
 
 
 def scenario(**over: Any) -> Scenario:
@@ -235,10 +235,10 @@ def test_segments_and_single_steps_give_identical_timelines(
     sc = scenario(**over)
     seg, sim_seg = simulate(sc)
     step, sim_step = simulate(sc, step_mode=True)
-    timeline = lambda sim: [(r.id, r.arrival, r.first_token, r.finish, r.status) for r in sim.records.values()]  # noqa: E731
+    timeline = lambda run: [(r.id, r.arrival, r.first_token, r.finish, r.status) for r in run.requests]  # noqa: E731
     assert timeline(sim_seg) == timeline(sim_step)
     assert dumps(seg) == dumps(step)
-    steps = lambda sim: sum(i.stats.steps for p in sim.pools.values() for i in p)  # noqa: E731
+    steps = lambda run: sum(i.steps for p in run.pools.values() for i in p.instances)  # noqa: E731
     assert steps(sim_seg) == steps(sim_step)
     assert seg["metrics"]["preempted"] > 0 or "preemption" not in request.node.callspec.id
 
@@ -256,7 +256,7 @@ def test_nothing_is_lost() -> None:
     )
     result, sim = simulate(sc)
     m, it = result["metrics"], result["integrity"]
-    statuses = [r.status for r in sim.records.values()]
+    statuses = [r.status for r in sim.requests]
     assert "pending" not in statuses
     assert m["completed"] + m["rejected"] + m["aborted"] == m["requests"] == len(statuses)
     assert m["rejected"] > 0 and m["preempted"] > 0 and m["aborted"] > 0
@@ -265,7 +265,7 @@ def test_nothing_is_lost() -> None:
     expect = {"stale": "tag_mismatch", "foreign": "tag_mismatch", "out_of_range": "invalid_page"}
     assert len(it["events"]) == m["aborted"]
     assert all(e["kind"] == expect[e["injected"]] for e in it["events"])
-    assert {e["request"] for e in it["events"]} == {r.id for r in sim.records.values() if r.status == "aborted"}
+    assert {e["request"] for e in it["events"]} == {r.id for r in sim.requests if r.status == "aborted"}
 
 
 def test_queueing_matches_md1_closed_form() -> None:
@@ -282,11 +282,11 @@ def test_queueing_matches_md1_closed_form() -> None:
     traffic = {"prompt_tokens": 32, "output_tokens": 64}
     one = scenario(**base, traffic={"concurrency": 1, "requests": 3, **traffic})
     _, sim1 = simulate(one)
-    service = np.mean([r.finish - r.arrival for r in sim1.records.values()])
+    service = np.mean([r.finish - r.arrival for r in sim1.requests])
     rho = 0.5
     open_ = scenario(**base, traffic={"rate": rho / service, "requests": 6000, **traffic}, seed=11)
     _, sim = simulate(open_)
-    wait = np.mean([r.finish - r.arrival for r in sim.records.values()]) - service
+    wait = np.mean([r.finish - r.arrival for r in sim.requests]) - service
     expected = rho * service / (2 * (1 - rho))
     assert wait == pytest.approx(expected, rel=0.1)
 
@@ -295,7 +295,7 @@ def test_closed_loop_never_exceeds_concurrency() -> None:
     result, sim = simulate(
         scenario(traffic={"concurrency": 3, "requests": 30, "prompt_tokens": 500, "output_tokens": 50})
     )
-    events = sorted([(r.arrival, 1) for r in sim.records.values()] + [(r.finish, -1) for r in sim.records.values()])
+    events = sorted([(r.arrival, 1) for r in sim.requests] + [(r.finish, -1) for r in sim.requests])
     assert max(np.cumsum([e for _, e in events])) <= 3
     assert result["metrics"]["completed"] == 30
 

@@ -683,6 +683,6 @@ def test_a_sweep_whose_first_point_fails_still_reports(tmp_path, monkeypatch, ca
     ],
 )
 def test_profile_device_matching(device: str, hardware: str, same: bool) -> None:
-    from simulator.pricing.device_match import same_device
+    from simulator.calibration.device_match import same_device
 
     assert same_device(device, hardware) is same

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.calibration import fit
 from simulator.config import presets
 from simulator.config.scenario import Pool
 from simulator.config.specs import HardwareSpec, ModelSpec
-from simulator.pricing import expert_routing, fit, overlap, roofline
+from simulator.pricing import expert_routing, overlap, roofline
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.expert_routing import power_law_busiest, power_law_loads, uniform_experts
 from simulator.pricing.ops import moe_streams, routed_parts, step_ops

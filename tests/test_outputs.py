@@ -70,7 +70,7 @@ def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys
         args += ["--max-requests", "1"]
     elif stage == "simulation":  # (a sweep keeps a failed point: there the whole sweep fails)
         monkeypatch.setattr(
-            "simulator.results.result.simulate" if verb == "run" else "simulator.planning.sweeps.run_sweep", boom
+            "simulator.engine.run.simulate" if verb == "run" else "simulator.planning.sweeps.run_sweep", boom
         )
     else:
         files = 1 if verb == "run" else 2 + 2 * len(flags)

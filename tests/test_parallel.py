@@ -297,7 +297,7 @@ def test_a_dp_prefill_step_prices_the_busiest_ranks_chunks() -> None:
 
 
 def test_a_request_must_fit_one_dp_ranks_share_of_the_pages() -> None:
-    from simulator.results.result import simulate
+    from simulator.engine.run import simulate
 
     data = {
         "name": "t",

@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import invoke
 
 from simulator.config import loader
+from simulator.engine.run import simulate
 from simulator.errors import InputError
 from simulator.planning import space as spaces
 from simulator.planning.backends import Backend
@@ -19,7 +20,6 @@ from simulator.planning.maxrate import max_rate, sig3
 from simulator.planning.search import plan
 from simulator.planning.slo import SLO
 from simulator.planning.trial import Trial, run_trial
-from simulator.results.result import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml"

@@ -18,7 +18,7 @@ from kernels.executor.clock import ReplayClock  # noqa: E402
 from kernels.executor.replay import replay  # noqa: E402
 from kernels.executor.step import build  # noqa: E402
 from simulator.config import loader  # noqa: E402
-from simulator.results.result import simulate  # noqa: E402
+from simulator.engine.run import simulate  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "tiny-cpu.yaml"
 
@@ -29,12 +29,12 @@ def tiny(*sets: str) -> Any:
 
 
 def timelines(sim: Any) -> list[tuple[Any, ...]]:
-    return [(r.id, r.status, r.first_token, r.finish, r.cached_tokens) for r in sim.records.values()]
+    return [(r.id, r.status, r.first_token, r.finish, r.cached_tokens) for r in sim.requests]
 
 
 @pytest.mark.parametrize("model", ["tiny-mla-moe", "tiny-gqa"])
 def test_replay_runs_both_tiny_models_end_to_end(model: str) -> None:
-    result, _ = replay(tiny(f"model={model}"), SCENARIO.parent, "cpu")
+    result = replay(tiny(f"model={model}"), SCENARIO.parent, "cpu").result
     m, prov = result["metrics"], result["provenance"]["replay"]
     assert result["clock"] == "measured"
     assert m["completed"] == m["requests"] == 32
@@ -53,7 +53,8 @@ SPEC = "deployment.decode.speculative={method: draft, draft_tokens: 2, draft_mod
 def test_modeled_clock_through_the_executor_equals_run(sets: tuple[str, ...]) -> None:
     sc = tiny(*sets)
     ran, sim = simulate(sc, SCENARIO.parent)
-    replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    rep = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    replayed, rsim = rep.result, rep.run
     assert replayed["metrics"] == ran["metrics"]
     assert replayed["integrity"] == ran["integrity"]
     assert timelines(rsim) == timelines(sim)
@@ -63,13 +64,14 @@ def test_modeled_clock_through_the_executor_equals_run(sets: tuple[str, ...]) ->
 def test_integrity_faults_are_caught_on_the_device_as_in_the_simulator() -> None:
     sc = tiny("integrity.fault_rate=0.02", "integrity.fault_kinds=[stale, foreign, out_of_range]")
     ran, sim = simulate(sc, SCENARIO.parent)
-    replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    rep = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    replayed, rsim = rep.result, rep.run
     assert ran["integrity"]["detected"] > 0
     assert replayed["integrity"] == ran["integrity"]  # same counts, same aborted requests and slots
-    assert [r.id for r in rsim.records.values() if r.status == "aborted"] == [
-        r.id for r in sim.records.values() if r.status == "aborted"
+    assert [r.id for r in rsim.requests if r.status == "aborted"] == [
+        r.id for r in sim.requests if r.status == "aborted"
     ]
-    trackers = rsim.timer.trackers.values()
+    trackers = rep.timer.trackers.values()
     assert sum(t.checks for t in trackers) > 0  # the checks ran through the device tracker
 
 
@@ -135,7 +137,7 @@ def test_a_rank_too_big_for_the_device_runs_a_subset_of_layers_and_shares_pages(
     import kernels.executor.clock as clock
 
     monkeypatch.setattr(clock, "CPU_BUDGET_GIB", 2 / 1024)
-    result, _ = replay(tiny("model=tiny-gqa", "traffic.requests=8"), SCENARIO.parent, "cpu")
+    result = replay(tiny("model=tiny-gqa", "traffic.requests=8"), SCENARIO.parent, "cpu").result
     prov = result["provenance"]["replay"]
     rank = prov["ranks"]["decode"]
     assert rank["layers_run"] == {"dense": 1, "moe": 0} and rank["layers"] == {"dense": 2, "moe": 0}
@@ -194,7 +196,8 @@ def test_mtp_drafts_run_the_models_own_module() -> None:
         (_, vpos, _), (_, d0pos, _), (_, d1pos, _) = timer.passes[i : i + 3]
         assert d0pos == vpos[::3] and d1pos == [p + 1 for p in vpos[::3]]
     ran, sim = simulate(sc, SCENARIO.parent)
-    replayed, rsim = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    rep = replay(sc, SCENARIO.parent, "cpu", clock="modeled")
+    replayed, rsim = rep.result, rep.run
     assert replayed["metrics"] == ran["metrics"] and timelines(rsim) == timelines(sim)
     assert replayed["provenance"]["replay"]["speculative"]["decode"]["draft"] == "mtp module"
 

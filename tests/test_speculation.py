@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_engine import dumps, scenario
 
 from simulator.config.parallel import Speculative
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
 from simulator.serving.batch import DecodeBatch
 from simulator.serving.speculation import Speculation, _chain
 
@@ -161,14 +161,13 @@ def test_a_speculative_run_gives_its_drawn_tokens_and_repeats() -> None:
     assert dumps(result) == dumps(again)
     other, _ = simulate(sc.model_copy(update={"seed": sc.seed + 1}))
     assert other["metrics"] != result["metrics"]
-    scheds = [i.sched for i in sim.pools["decode"]]
-    steps, tokens = sum(s.spec.verify_seq_steps for s in scheds), sum(s.spec.tokens for s in scheds)
+    steps, tokens = sim.pools["decode"].verify_seq_steps, sim.pools["decode"].accepted_tokens
     # Expected 1 + 0.8 + 0.8·0.5 = 2.2 a step; the last step of each request is cut to what it had left.
     assert tokens / steps == pytest.approx(2.2, rel=0.05)
     assert result["step_anatomy"]["decode"]["speculative"]["accepted_per_step"] == round(tokens / steps, 4)
     # Every output token was decoded: the prefill's first, then the verify steps' (nothing preempted here).
     assert result["metrics"]["preempted"] == 0
-    assert tokens == sum(r.output - 1 for r in sim.records.values() if r.status == "completed")
+    assert tokens == sum(r.output - 1 for r in sim.requests if r.status == "completed")
 
 
 def test_chains_survive_leaves_and_the_store_compacting() -> None:

@@ -1,5 +1,5 @@
 """The real clock's step timer: each step's plan executed on the device, timed, and the time handed back to the
-engine that made the plan (`simulator.modeled.engine` run one step at a time), so the decisions are the
+engine that made the plan (`simulator.engine.simulation` run one step at a time), so the decisions are the
 scheduler's own by construction and only the step times differ from `phaseplan run`.
 
 A long scenario must fit a device budget, so steps are bucketed — decode batch exactly, the batch's mean

@@ -9,7 +9,7 @@ from typing import Any
 
 from kernels.executor.replay import replay
 from simulator.config.scenario import Scenario
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
 
 SKIP = frozenset({"requests", "gpus"})  # inputs, not outcomes
 
@@ -48,8 +48,8 @@ def compare(
     if profile is not None:
         sc = sc.model_copy(update={"profile": profile})
     sim, _ = simulate(sc, base_dir)
-    rep, rsim = replay(sc, base_dir, device, "measured", budget_s, shared)
-    timer = rsim.timer
+    replayed = replay(sc, base_dir, device, "measured", budget_s, shared)
+    rep, timer = replayed.result, replayed.timer
     timer.close()
     a, b = flatten(sim["metrics"]), flatten(rep["metrics"])
     metrics = {k: {"sim": a[k], "replay": b.get(k), "rel_error": _rel(a[k], b.get(k))} for k in a}

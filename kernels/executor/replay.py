@@ -5,14 +5,15 @@ where and what was priced under `provenance.replay`."""
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernels.executor.clock import ReplayClock
 from kernels.executor.device import prepare
 from simulator.config.scenario import Scenario
-from simulator.modeled.engine import Simulation
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
+from simulator.results.record import RunRecord
 
 
 def device_name(device: str) -> str:
@@ -29,6 +30,15 @@ def device_name(device: str) -> str:
     return f"{name}, torch on {n} thread{'s' if n > 1 else ''}"
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """A replay's Result, its run record, and the device timer that timed it (sampled families, trackers)."""
+
+    result: dict[str, Any]
+    run: RunRecord
+    timer: ReplayClock
+
+
 def replay(
     sc: Scenario,
     base_dir: Path | None,
@@ -36,11 +46,11 @@ def replay(
     clock: str = "measured",
     budget_s: float = 120.0,
     shared: dict[Any, Any] | None = None,
-) -> tuple[dict[str, Any], Simulation]:
-    """The Result, and the finished simulation (its `timer` is the `ReplayClock`)."""
+) -> Replayed:
+    """The engine in step mode with the device timer in place of the cost model."""
     dev = prepare(device)
     timer = ReplayClock(sc, dev, clock, budget_s, shared=shared)
-    result, sim = simulate(sc, base_dir, step_mode=True, timer=timer)
+    result, run = simulate(sc, base_dir, step_mode=True, timer=timer)
     result["clock"] = clock
     result["provenance"]["replay"] = timer.provenance(device_name(device))
-    return result, sim
+    return Replayed(result, run, timer)

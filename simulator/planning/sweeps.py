@@ -12,9 +12,9 @@ from typing import Any
 
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import points, scenario_at
+from simulator.engine.run import simulate
 from simulator.errors import InputError
 from simulator.planning.backends import Backend
-from simulator.results.result import simulate
 
 
 def sweep_point(job: tuple[Scenario, Path | None]) -> dict[str, Any]:

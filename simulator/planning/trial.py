@@ -16,11 +16,12 @@ from typing import Any
 
 from simulator.budget import Limits, check
 from simulator.config.scenario import Scenario
+from simulator.engine.simulation import Simulation
 from simulator.errors import InputError
-from simulator.modeled.engine import Record, Simulation
 from simulator.planning.slo import CANNOT_SUSTAIN, DOES_NOT_FIT, MISSES_ATTAINMENT, MISSES_TPOT, MISSES_TTFT, SLO
 from simulator.planning.spread import drawn_profile
 from simulator.results.metrics import build_metrics
+from simulator.results.record import RequestRecord
 
 CHECKS = 40  # how often (per run) the watch counts the requests over a limit
 ROUNDING = 1e-4  # ms: a Result rounds percentiles to 4 decimals; a stop needs a value clearly over the limit
@@ -55,7 +56,7 @@ class _Watch:
     count up to `most`, since the rank needed only grows with the count.
     """
 
-    def __init__(self, slo: SLO, most: int, records: dict[int, Record]) -> None:
+    def __init__(self, slo: SLO, most: int, records: dict[int, RequestRecord]) -> None:
         self.slo, self.most, self.records = slo, most, records
         self.every = max(1, most // CHECKS)
         self.over_p95 = most - math.floor(0.95 * (most - 1))
@@ -102,7 +103,7 @@ def most_requests(sim: Simulation) -> int | None:
     return t.requests
 
 
-def backlog(records: dict[int, Record], ttft_limit_ms: float) -> str | None:
+def backlog(records: dict[int, RequestRecord], ttft_limit_ms: float) -> str | None:
     """`cannot sustain the rate` when TTFT climbs over the run: arrivals outpace service and the queue grows."""
     done = sorted((r.arrival, r.first_token - r.arrival) for r in records.values() if r.status == "completed")
     q = len(done) // 4
@@ -146,7 +147,7 @@ def run_trial(trial: Trial) -> dict[str, Any]:
         sim.run()
     except _Missed as e:
         reason, stopped = e.reason, True
-    metrics = compact(build_metrics(sim))
+    metrics = compact(build_metrics(sim.record()))
     if slo is None:
         return {"meets": None, "reason": None, "stopped_early": False, "metrics": metrics}
     if not stopped:

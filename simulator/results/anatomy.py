@@ -6,12 +6,10 @@ run BF16 tensor cores after dequantization while FP8 runs FP8 tensor cores at tw
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from simulator.config.scenario import Pool
-    from simulator.modeled.engine import Simulation
-    from simulator.pricing.costmodel import CostModel
+from simulator.pricing.costmodel import CostModel
+from simulator.results.record import PoolRun, RunRecord
 
 TOP = 6  # families listed per step; the rest are summed as "other"
 
@@ -25,18 +23,19 @@ def _families(by_family: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def step_anatomy(sim: Simulation) -> dict[str, Any]:
+def step_anatomy(run: RunRecord) -> dict[str, Any]:
     """Per pool: a prefill chunk (chunk_size tokens, or the mean prompt if shorter) and, where the pool decodes,
-    a decode step at the mean batch and mean context it actually ran — each as milliseconds by op family."""
+    a decode step at the mean batch and mean context it actually ran — each as milliseconds by op family, priced
+    by a cost model of the pool on the run's own profile."""
     out: dict[str, Any] = {}
-    recs = list(sim.records.values())
+    sc, recs = run.scenario, run.requests
     mean_prompt = int(sum(r.prompt for r in recs) / len(recs)) if recs else 1
     mean_output = int(sum(r.output for r in recs) / len(recs)) if recs else 1
-    for name, insts in sim.pools.items():
-        inst = insts[0]
-        pool, cost = inst.pool, inst.cost
+    for name, pr in run.pools.items():
+        insts, pool = pr.instances, pr.pool
+        cost = CostModel(sc.model, sc.hardware, pool, run.profile, sc.integrity.enabled)
         entry: dict[str, Any] = {}
-        if inst in sim.entry:  # the pool that prefills new requests (a disaggregated decode pool only recomputes)
+        if name == run.entry:  # the pool that prefills new requests (a disaggregated decode pool only recomputes)
             chunk = max(1, min(pool.chunk_size, pool.max_batch_tokens, mean_prompt))
             # Under DP attention: a step with one such chunk on every DP rank (the spread the pricing assumes)
             ranks = max(1, min(pool.dp, pool.max_batch_tokens // chunk))
@@ -52,9 +51,9 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
                 entry["prefill_chunk"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
                 if pool.two_batch_overlap:  # the steps ran max(compute, all-to-all), not the sum shown
                     entry["prefill_chunk"]["two_batch_overlap"] = True
-        steps = sum(i.stats.steps for i in insts)
+        steps = sum(i.steps for i in insts)
         if name == "decode" and steps:
-            batch = max(1, round(sum(i.stats.decode_seq_steps for i in insts) / steps))
+            batch = max(1, round(sum(i.decode_seq_steps for i in insts) / steps))
             ctx = batch * (mean_prompt + mean_output // 2)
             pages = batch * -(-(mean_prompt + mean_output // 2) // pool.page_size)
             fam = cost.breakdown(batch, ctx, pages)
@@ -69,10 +68,10 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
                 if pool.two_batch_overlap:
                     entry["decode_step"]["two_batch_overlap"] = True
             if pool.speculative is not None:
-                entry["speculative"] = _speculative(sim, pool, cost, batch, mean_prompt + mean_output // 2, pages)
+                entry["speculative"] = _speculative(pr, cost, batch, mean_prompt + mean_output // 2, pages)
 
         names = {"table": "profile_table", "fallback": "roofline", "collective": "collective_model"}
-        entry["priced_from"] = {names[k]: round(v, 4) for k, v in cost.usage.shares().items()}
+        entry["priced_from"] = {names[k]: round(v, 4) for k, v in pr.priced_from.items()}
         out[name] = entry
     first = out["prefill"] if "prefill" in out else out["decode"]
     chunk = first["prefill_chunk"]["by_family"]
@@ -84,18 +83,15 @@ def step_anatomy(sim: Simulation) -> dict[str, Any]:
     return out
 
 
-def _speculative(sim: Simulation, pool: Pool, cost: CostModel, batch: int, context: int, pages: int) -> dict[str, Any]:
+def _speculative(pr: PoolRun, cost: CostModel, batch: int, context: int, pages: int) -> dict[str, Any]:
     """One verify step and its k draft steps at the decode step's batch and context, apart (the decode step above is
     the pair), the tokens a verify step gave in the run (drawn per sequence and step; the acceptance's expectation
     beside it) and what that makes the price of a token."""
-    spec = pool.speculative
+    spec = pr.pool.speculative
     assert spec is not None
-    drawn = [
-        s.spec for i in sim.pools["decode"] for s in i.schedulers if s.spec is not None and s.spec.verify_seq_steps
-    ]
-    steps = sum(s.verify_seq_steps for s in drawn)
-    accepted = sum(s.tokens for s in drawn) / steps if steps else spec.tokens_per_step
-    verify_list, draft_list = cost.speculative_ops(batch, context, pages if sim.sc.integrity.enabled else 0)
+    steps = pr.verify_seq_steps
+    accepted = pr.accepted_tokens / steps if steps else spec.tokens_per_step
+    verify_list, draft_list = cost.speculative_ops(batch, context, pages if cost.integrity else 0)
     verify, draft = cost.ops_breakdown(verify_list), cost.ops_breakdown(draft_list)
     v, d = sum(verify.values()), sum(draft.values())
     return {

@@ -1,16 +1,13 @@
-"""From a finished simulation to the Result document of ARCHITECTURE.md (the executor writes the same)."""
+"""From a finished run's record to the metrics of the Result document of ARCHITECTURE.md (either clock's)."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from simulator.modeled.dp import rank_imbalance
-
-if TYPE_CHECKING:
-    from simulator.modeled.engine import Simulation
+from simulator.results.record import InstanceRun, PoolRun, RunRecord
 
 SERIES_POINTS = 120
 EVENTS_KEPT = 200  # integrity aborts listed in a Result (all are counted)
@@ -23,22 +20,22 @@ def percentiles(values: np.ndarray) -> dict[str, float | None]:
     return {"p50": round(float(p[0]), 4), "p95": round(float(p[1]), 4), "p99": round(float(p[2]), 4)}
 
 
-def _occupancy(sim: Simulation, end: float) -> dict[str, Any]:
+def _occupancy(run: RunRecord, end: float) -> dict[str, Any]:
     """Time-weighted KV occupancy of the decode pool (the pool whose memory binds concurrency)."""
-    insts = sim.pools["decode"]
+    insts = run.pools["decode"].instances
     if end <= 0:
         return {"mean": 0.0, "max": 0.0, "series": []}
     grid = np.linspace(0.0, end, SERIES_POINTS + 1)
     mean_total, peak, series = 0.0, 0.0, np.zeros(SERIES_POINTS + 1)
     for inst in insts:
-        t, d = inst.stats.page_changes()
+        t, d = inst.log.t, inst.log.d
         times, sums = t, np.zeros(0, dtype=np.int64)
         if t.size:  # same-time changes are summed before any max
             order = np.argsort(t, kind="stable")
             ts = t[order]
             first = np.flatnonzero(np.concatenate(([True], ts[1:] != ts[:-1])))  # each time's first change
             times, sums = ts[first], np.add.reduceat(d[order], first)
-        v = np.concatenate([[0], np.cumsum(sums)]) / inst.cache.num_pages
+        v = np.concatenate([[0], np.cumsum(sums)]) / inst.log.pages
         times = np.concatenate([[0.0], times, [end]])
         dt = np.diff(np.clip(times, 0, end))
         mean_total += float((v * dt).sum()) / end
@@ -52,9 +49,9 @@ def _occupancy(sim: Simulation, end: float) -> dict[str, Any]:
     }
 
 
-def build_metrics(sim: Simulation) -> dict[str, Any]:
-    sc = sim.sc
-    recs = list(sim.records.values())
+def build_metrics(run: RunRecord) -> dict[str, Any]:
+    sc = run.scenario
+    recs = run.requests
     done = [r for r in recs if r.status == "completed"]
     arr = np.array([r.arrival for r in recs]) if recs else np.zeros(0)
     fin = np.array([r.finish for r in done]) if done else np.zeros(0)
@@ -74,11 +71,11 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
         if (r.first_token - r.arrival) * 1e3 <= sc.slo.ttft_ms
         and (r.output <= 1 or (r.finish - r.first_token) * 1e3 / (r.output - 1) <= sc.slo.tpot_ms)
     )
-    entry = sim.entry
-    lookups = sum(i.cache.lookup_tokens for i in entry)
-    hits = sum(i.cache.hit_tokens for i in entry)
-    counters = [i.counters for insts in sim.pools.values() for i in insts]
-    decode = sim.pools["decode"]
+    entry = run.pools[run.entry].instances
+    lookups = sum(i.lookup_tokens for i in entry)
+    hits = sum(i.hit_tokens for i in entry)
+    counters = [i.counters for p in run.pools.values() for i in p.instances]
+    decode = run.pools["decode"].instances
     usd = gpus * price * span / 3600.0
     out = {
         "requests": len(recs),
@@ -99,8 +96,8 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
         "ttft_ms": percentiles(ttft),
         "tpot_ms": percentiles(tpot),
         "e2e_ms": percentiles(e2e),
-        "max_running": max(i.stats.max_batch for i in decode),
-        "kv_occupancy": _occupancy(sim, end),
+        "max_running": max(i.max_batch for i in decode),
+        "kv_occupancy": _occupancy(run, end),
         "slo_attainment": round(slo_ok / len(recs), 4) if recs else None,
         "cost_per_mtok_usd": round(usd / (out_tok / 1e6), 4) if out_tok else None,
         "prefix_hit_rate": round(hits / lookups, 4) if lookups else 0.0,
@@ -108,29 +105,25 @@ def build_metrics(sim: Simulation) -> dict[str, Any]:
         "transfer_tokens_saved": sum(r.cached_tokens for r in recs),
         "gpus": gpus,
         "utilization": {
-            name: round(sum(i.stats.busy_s for i in insts) / (len(insts) * span), 4)
-            for name, insts in sim.pools.items()
+            name: round(sum(i.busy_s for i in p.instances) / (len(p.instances) * span), 4)
+            for name, p in run.pools.items()
         },
     }
     # DP attention: how unevenly the ranks were loaded (absent without it, so other Results keep their bytes)
-    ranked = {
-        name: rank_imbalance(insts, end)
-        for name, insts in sim.pools.items()  # type: ignore[arg-type]
-        if insts[0].pool.dp > 1
-    }
+    ranked = {name: rank_imbalance(p, end) for name, p in run.pools.items() if p.pool.dp > 1}
     if ranked:
         out["dp_ranks"] = ranked
     return out
 
 
-def build_integrity(sim: Simulation) -> dict[str, Any]:
-    counters = [i.counters for insts in sim.pools.values() for i in insts]
-    injected = sum(sim.injector.injected.values()) if sim.injector else 0
+def build_integrity(run: RunRecord) -> dict[str, Any]:
+    counters = [i.counters for p in run.pools.values() for i in p.instances]
+    injected = run.injected
     return {
-        "enabled": sim.sc.integrity.enabled,
+        "enabled": run.scenario.integrity.enabled,
         "checked_pages": sum(c.checked_pages for c in counters),
-        "injected": injected,
-        "injected_by_kind": dict(sorted(sim.injector.injected.items())) if sim.injector else {},
+        "injected": sum(injected.values()) if injected else 0,
+        "injected_by_kind": dict(sorted(injected.items())) if injected else {},
         "detected": sum(c.detected for c in counters),
         "false_positives": sum(c.false_positives for c in counters),
         "aborted_requests": sum(c.aborted for c in counters),
@@ -144,4 +137,37 @@ def build_integrity(sim: Simulation) -> dict[str, Any]:
             ),
             key=lambda e: e["request"],
         )[:EVENTS_KEPT],
+    }
+
+
+def rank_imbalance(pool: PoolRun, end: float) -> dict[str, float | None]:
+    """How unevenly a DP pool's ranks were loaded: the busiest rank's decode batch over the mean rank's (summed
+    over steps), and the fullest rank's KV pages over the mean rank's (integrated over time); 1.0 is even."""
+    insts: tuple[InstanceRun, ...] = pool.instances
+    busiest = sum(i.busiest_seq_steps for i in insts)
+    total = sum(i.decode_seq_steps for i in insts)
+    dp = pool.pool.dp
+    kv_max = kv_mean = 0.0
+    peak = 0.0
+    for inst in insts:
+        t = np.concatenate([r.log.t for r in inst.ranks])
+        d = np.concatenate([r.log.d for r in inst.ranks])
+        rank = np.concatenate([np.full(len(r.log.t), j) for j, r in enumerate(inst.ranks)])
+        if not t.size:
+            continue
+        order = np.argsort(t, kind="stable")
+        ts = t[order]
+        onehot = np.zeros((t.size, dp), dtype=np.int64)
+        np.add.at(onehot, (np.arange(t.size), rank[order]), d[order])
+        last = np.flatnonzero(np.append(ts[1:] != ts[:-1], True))  # each time's last change: same-time changes
+        held = np.cumsum(onehot, axis=0)[last]  # summed first; pages per rank from each time on
+        dt = np.diff(np.clip(np.append(ts[last], end), 0.0, end))
+        kv_max += float((held.max(axis=1) * dt).sum())
+        kv_mean += float((held.mean(axis=1) * dt).sum())
+        peak = max(peak, float(held.max()) / inst.ranks[0].log.pages)
+    return {
+        "ranks": dp,
+        "batch_max_over_mean": round(busiest * dp / total, 4) if total else None,  # None: no decode steps
+        "kv_max_over_mean": round(kv_max / kv_mean, 4) if kv_mean else 1.0,
+        "kv_peak_rank_occupancy": round(peak, 4),
     }

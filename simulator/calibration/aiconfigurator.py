@@ -474,7 +474,7 @@ def convert(
     skewed: fewer distinct experts, less weight traffic than 'balanced')."""
     if moe_distribution not in MOE_DISTRIBUTIONS:
         raise InputError(f"--moe-distribution must be one of {', '.join(MOE_DISTRIBUTIONS)}, got {moe_distribution!r}")
-    from simulator.pricing.modeled_profile import git_commit
+    from simulator.calibration.modeled_profile import git_commit
 
     root, tool_version = data_root(system, data)
     reads = {name: read_table(root, backend, version, name) for name in TABLES}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from simulator.config import loader
 from simulator.config.scenario import Scenario
-from simulator.results.result import simulate
+from simulator.engine.run import simulate
 
 BENCH = {
     "name": "bench-sim",
@@ -73,12 +73,12 @@ def bench(hours: float, rate: float, baseline_s: float = 2.0, sets: tuple[str, .
     same = json.dumps(seg) == json.dumps(step)
     sc = scenario(hours, rate, sets)
     t0 = time.perf_counter()
-    result, sim = simulate(sc)
+    result, ran = simulate(sc)
     wall = time.perf_counter() - t0
     m = result["metrics"]
     yield (
         f"simulated {hours:g} h at {rate:g} req/s on 8 prefill + 16 decode instances: {m['requests']:,} requests, "
-        f"{m['output_tokens']:,} output tokens, {sum(i.stats.steps for p in sim.pools.values() for i in p):,} steps"
+        f"{m['output_tokens']:,} output tokens, {sum(i.steps for p in ran.pools.values() for i in p.instances):,} steps"
     )
     yield (
         f"baseline ({baseline_s:g} s of traffic): one step at a time {t_step:.2f} s vs segments {t_seg:.2f} s "

@@ -13,11 +13,9 @@ returns, or by the cost model where it returns None. The decisions stay this eng
 from __future__ import annotations
 
 import gc
-import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -26,11 +24,12 @@ import simpy
 
 from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
 from simulator.config.scenario import Pool, Scenario
+from simulator.engine.dp import DPInstance
+from simulator.engine.stats import InstanceStats, wait_for_run
 from simulator.errors import InputError
-from simulator.modeled.dp import DPInstance
-from simulator.modeled.stats import InstanceStats, wait_for_run
 from simulator.pricing.costmodel import CostModel, DecodeSteps
 from simulator.pricing.profile import Profile
+from simulator.results.record import InstanceRun, PageLog, PoolRun, RequestRecord, RunRecord
 from simulator.serving.instance import Instance as ServingInstance
 from simulator.serving.instance import build_ranks, build_scheduler, fault_injector
 from simulator.serving.routing import Router
@@ -38,21 +37,6 @@ from simulator.serving.scheduler import Plan, Scheduler, StepEvents
 from simulator.serving.sequence import Seq
 from simulator.workload.request import Request
 from simulator.workload.traffic import TrafficSource, make_source
-
-
-@dataclass(slots=True)
-class Record:
-    """One request's outcome; times in seconds since the start of the run."""
-
-    id: int
-    arrival: float
-    prompt: int
-    output: int
-    first_token: float = math.nan
-    finish: float = math.nan
-    status: str = "pending"  # completed | rejected | aborted | pending
-    cached_tokens: int = 0
-    reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
 
 
 class StepTimer(Protocol):
@@ -167,6 +151,21 @@ class Instance(ServingInstance):
         """The inbound link a transfer takes (one without DP attention)."""
         return 0
 
+    def run_record(self) -> InstanceRun:
+        """What the run left on this instance, as plain data."""
+        st, cache = self.stats, self.cache
+        return InstanceRun(
+            st.busy_s,
+            st.steps,
+            st.decode_seq_steps,
+            st.decode_seq_steps,
+            st.max_batch,
+            PageLog(cache.num_pages, *st.page_changes()),
+            cache.lookup_tokens,
+            cache.hit_tokens,
+            self.counters,
+        )
+
     # -- the step loop -------------------------------------------------------------------------------
     def _price(self, plan: Plan, n: int) -> tuple[list[float], DecodeSteps | None]:
         """End times of the plan's next n steps (plain floats: the loop and routing read them one at a time),
@@ -262,7 +261,7 @@ class Simulation:
         self.on_progress = on_progress
         self.profile = profile or Profile.for_scenario(sc, base_dir)  # a repeat passes a draw of its spread
         self.router = Router(sc.routing.policy)
-        self.records: dict[int, Record] = {}
+        self.records: dict[int, RequestRecord] = {}
         self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir, sc.model.context_tokens)
         self.injector = fault_injector(sc)
         self.pools: dict[str, list[Instance | DPInstance]] = {}
@@ -310,6 +309,23 @@ class Simulation:
             return 0.0
         return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1, "dp": 1})))
 
+    def record(self) -> RunRecord:
+        """The finished run as plain data: `results/` builds the Result from it alone."""
+        pools = {}
+        for name, insts in self.pools.items():
+            specs = [s.spec for i in insts for s in i.schedulers if s.spec is not None]
+            pools[name] = PoolRun(
+                insts[0].pool,
+                self.capacity[name],
+                tuple(i.run_record() for i in insts),
+                insts[0].cost.usage.shares(),
+                sum(s.verify_seq_steps for s in specs),
+                sum(s.tokens for s in specs),
+            )
+        entry = "decode" if self.entry is self.pools["decode"] else "prefill"
+        injected = dict(self.injector.injected) if self.injector else None
+        return RunRecord(self.sc, self.profile, pools, entry, list(self.records.values()), injected)
+
     # -- traffic ---------------------------------------------------------------------------------------
     def run(self) -> None:
         self.env.process(self._feed(self.source.initial()))
@@ -323,7 +339,7 @@ class Simulation:
             self.arrive(req)
 
     def arrive(self, req: Request) -> None:
-        rec = Record(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
+        rec = RequestRecord(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
         self.records[req.id] = rec
         colocated = "prefill" not in self.pools
         reason = self._rejection(req)

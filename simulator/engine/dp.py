@@ -20,9 +20,10 @@ import numpy as np
 import simpy
 
 from simulator.config.scenario import Pool
-from simulator.modeled.stats import InstanceStats, wait_for_run
+from simulator.engine.stats import InstanceStats, wait_for_run
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPDecodeSteps, DPSteps, RankStep
+from simulator.results.record import InstanceRun, PageLog, RankRun
 from simulator.serving.instance import Instance as Rank
 from simulator.serving.routing import dp_rank
 from simulator.serving.scheduler import Counters, Plan, Scheduler, StepEvents
@@ -217,6 +218,26 @@ class DPInstance:
         if self.wake is not None and not self.wake.triggered:
             self.wake.succeed()
 
+    def run_record(self) -> InstanceRun:
+        """What the run left on this instance and each of its ranks, as plain data."""
+        st, cache = self.stats, self.cache
+        ranks = tuple(
+            RankRun(PageLog(r.cache.num_pages, *rs.page_changes()), r.cache.lookup_tokens, r.cache.hit_tokens)
+            for r, rs in zip(self.ranks, self.rank_stats, strict=True)
+        )
+        return InstanceRun(
+            st.busy_s,
+            st.steps,
+            st.decode_seq_steps,
+            self.busiest_seq_steps,
+            st.max_batch,
+            PageLog(cache.num_pages, *st.page_changes()),
+            cache.lookup_tokens,
+            cache.hit_tokens,
+            self.counters,
+            ranks,
+        )
+
     # -- the lock-step loop -----------------------------------------------------------------------------------
     def _sleep(self):  # type: ignore[no-untyped-def]
         self.wake = self.env.event()
@@ -313,35 +334,3 @@ class DPInstance:
             self.clock = end
             if merged.finished or merged.prefilled or merged.first_tokens or self.pending:
                 sim.on_events(self, merged, ends)
-
-
-def rank_imbalance(insts: list[DPInstance], end: float) -> dict[str, float | None]:
-    """How unevenly a DP pool's ranks were loaded: the busiest rank's decode batch over the mean rank's (summed
-    over steps), and the fullest rank's KV pages over the mean rank's (integrated over time); 1.0 is even."""
-    busiest = sum(i.busiest_seq_steps for i in insts)
-    total = sum(i.stats.decode_seq_steps for i in insts)
-    dp = insts[0].pool.dp
-    kv_max = kv_mean = 0.0
-    peak = 0.0
-    for inst in insts:
-        t = np.concatenate([np.array(s.page_t, dtype=float) for s in inst.rank_stats])
-        d = np.concatenate([np.array(s.page_d, dtype=np.int64) for s in inst.rank_stats])
-        rank = np.concatenate([np.full(len(s.page_t), j) for j, s in enumerate(inst.rank_stats)])
-        if not t.size:
-            continue
-        order = np.argsort(t, kind="stable")
-        ts = t[order]
-        onehot = np.zeros((t.size, dp), dtype=np.int64)
-        np.add.at(onehot, (np.arange(t.size), rank[order]), d[order])
-        last = np.flatnonzero(np.append(ts[1:] != ts[:-1], True))  # each time's last change: same-time changes
-        held = np.cumsum(onehot, axis=0)[last]  # summed first; pages per rank from each time on
-        dt = np.diff(np.clip(np.append(ts[last], end), 0.0, end))
-        kv_max += float((held.max(axis=1) * dt).sum())
-        kv_mean += float((held.mean(axis=1) * dt).sum())
-        peak = max(peak, float(held.max()) / inst.ranks[0].cache.num_pages)
-    return {
-        "ranks": dp,
-        "batch_max_over_mean": round(busiest * dp / total, 4) if total else None,  # None: no decode steps
-        "kv_max_over_mean": round(kv_max / kv_mean, 4) if kv_mean else 1.0,
-        "kv_peak_rank_occupancy": round(peak, 4),
-    }
