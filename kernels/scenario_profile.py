@@ -22,29 +22,33 @@ from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import points, scenario_at
 from simulator.engine.run import simulate
+from simulator.engine.timer import CostTimer, Stepping, Timed
 from simulator.pricing.ops import COLLECTIVES, DECODE_CONTEXT_FAMILIES, Op, step_ops
 from simulator.pricing.profile import AXES, categorical
+from simulator.serving.scheduler import Plan
 
 OUTER = 24
 INNER = 10
 
 
-class _Recorder:
-    """A step timer that only records each step's shape (time stays the cost model's)."""
+class _Recorder(CostTimer):
+    """The cost model as the step timer, recording each step's shape as it times it (one step at a time)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.steps: set[tuple[Any, ...]] = set()
 
     def attach(self, sim: Any) -> None:
         self.integrity = sim.sc.integrity.enabled
 
-    def step_s(self, inst: Any, plan: Any) -> None:
-        d = plan.decode
-        ctx = round(sum(s.computed + 1 for s in d) / len(d)) if d else 0
-        pages = sum(s.table.n for s in d) if self.integrity else 0
-        chunks = tuple((c, s.computed) for s, c in plan.prefill)
-        self.steps.add((inst.pool_name, len(d), ctx, chunks, pages))
-        return None
+    def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:
+        for plan in plans:
+            d = plan.decode
+            ctx = round(sum(s.computed + 1 for s in d) / len(d)) if d else 0
+            pages = sum(s.table.n for s in d) if self.integrity else 0
+            chunks = tuple((c, s.computed) for s, c in plan.prefill)
+            self.steps.add((inst.pool_name, len(d), ctx, chunks, pages))
+        return super().time_run(inst, plans, n)
 
 
 def _spread(values: list[float], keep: int, log: bool) -> list[float]:

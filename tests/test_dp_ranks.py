@@ -16,7 +16,7 @@ from simulator.engine.run import simulate
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
-from simulator.serving.instance import build_ranks
+from simulator.serving.rank import build_ranks
 from simulator.serving.routing import dp_rank
 from simulator.workload.request import Request
 

@@ -1,6 +1,7 @@
 """The real clock's step timer: each step's plan executed on the device, timed, and the time handed back to the
-engine that made the plan (`simulator.engine.simulation` run one step at a time), so the decisions are the
-scheduler's own by construction and only the step times differ from `phaseplan run`.
+engine that made the plan (`simulator.engine`, run one step at a time, with this timer in place of the cost model
+behind its `StepTimer` seam), so the decisions are the scheduler's own by construction and only the step times
+differ from `phaseplan run`.
 
 A long scenario must fit a device budget, so steps are bucketed — decode batch exactly, the batch's mean
 context and each prefill chunk's tokens and context in quarter-octave buckets (2^(k/4)) — and each bucket is
@@ -19,14 +20,14 @@ Result's metrics and timelines equal `run`'s.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
+from kernels.executor.buckets import BUCKET_RULE, Sampler, bucket_key
+from kernels.executor.collectives import Collectives
 from kernels.executor.device import Stopwatch
 from kernels.executor.integrity import DeviceTracker
 from kernels.executor.paged_kv import PagedKV, token_bytes
@@ -34,36 +35,20 @@ from kernels.executor.runner import LayerPlan, MTPModule, RankModel
 from kernels.executor.step import build
 from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_bytes_per_gpu
 from simulator.config.scenario import Pool, Scenario
-from simulator.pricing import roofline
+from simulator.engine.timer import CostTimer, Stepping, Timed
+from simulator.errors import InputError
 from simulator.pricing.costmodel import Usage
-from simulator.pricing.ops import COLLECTIVES, line_ops
+from simulator.pricing.ops import COLLECTIVES
 from simulator.serving.scheduler import Plan
 
 GIB = 1024**3
 CPU_BUDGET_GIB = 4.0  # memory the CPU replay may take for weights and caches (a choice, stated in the Result)
 WEIGHT_SHARE = 0.8  # of the device budget, the most the ranks' weights may take before layers are subset
-BUCKET_RULE = (
-    "decode batch exact; the batch's mean context, and each prefill chunk's tokens and context "
-    "before it, in quarter-octave buckets (round(4·log2 x))"
-)
 
 
 def _shard(pool: Pool) -> tuple[Any, ...]:
     """What a rank's weights depend on: instances, memory and scheduling limits do not change them."""
     return pool.tp, pool.ep, pool.weights, pool.int4_group_size
-
-
-def _q(x: float) -> int:
-    return round(4 * math.log2(x)) if x > 0 else -1
-
-
-@dataclass
-class Bucket:
-    samples: list[float] = field(default_factory=list)
-    profiled: bool = False
-
-    def time(self) -> float:
-        return statistics.median(self.samples)
 
 
 @dataclass
@@ -76,7 +61,7 @@ class Families:
 
 
 class ReplayClock:
-    """The step timer: `step_s(instance, plan)` runs the plan, returns its seconds (None: use the cost model)."""
+    """The replay's step timer: each step's plan executed on the device and timed (or priced, `Sampler`)."""
 
     def __init__(
         self,
@@ -88,7 +73,11 @@ class ReplayClock:
         shared: dict[tuple[Any, ...], RankModel] | None = None,
     ) -> None:
         """`shared`: rank models kept across replays of one process (a sweep on one GPU builds a rank once)."""
-        self.sc, self.dev, self.clock, self.budget_s, self.samples = sc, dev, clock, budget_s, samples
+        if any(p.dp > 1 for p in sc.deployment.pools().values()):
+            raise InputError("replay runs one rank of a TP instance: DP attention ranks (dp > 1) are modeled only")
+        self.sc, self.dev, self.clock = sc, dev, clock
+        self.sampler = Sampler(samples, budget_s)
+        self.cost = CostTimer()  # the modeled clock's times, and the price of a step no bucket measured
         self.shared = {} if shared is None else shared
         self.sw = Stopwatch(dev)
         self.runners: dict[str, RankModel] = {}
@@ -98,20 +87,25 @@ class ReplayClock:
         self.drafts: dict[str, RankModel] = {}
         self.draft_kv: dict[tuple[str, int], PagedKV] = {}
         self.trackers: dict[tuple[str, int], DeviceTracker] = {}
-        self.buckets: dict[tuple[Any, ...], Bucket] = {}
         self.families = Families()
-        self.counts = {"executed": 0, "reused": 0, "priced": 0}
         self.device_s = 0.0  # spent executing (timed steps and family samples)
         self.measured_s = 0.0  # step seconds the clock advanced by that were measured (executed or reused)
         self.check_s = 0.0  # of which, the device integrity check
         self.collective_s = 0.0  # priced collectives added to step times
         self.fallback_s = 0.0  # priced by the cost model once the budget was spent
-        self._collectives: dict[tuple[str, int, int], float] = {}
+        self.collectives = Collectives(sc.hardware)
 
     # -- set-up ----------------------------------------------------------------------------------------------
+    def tracker(self, pool: str, index: int) -> DeviceTracker | None:
+        """The device integrity check, for each instance's scheduler (built with the instance)."""
+        if not self.sc.integrity.enabled:
+            return None
+        tracker = self.trackers[pool, index] = DeviceTracker(self.dev)
+        return tracker
+
     def attach(self, sim: Any) -> None:
         """One rank model per distinct weight shard (pools and instances with the same formats share it: the
-        same random weights), one KV tensor per instance, and the device integrity check in each scheduler."""
+        same random weights) and one KV tensor per instance."""
         sc = self.sc
         shards = {_shard(pool): pool for pool in sc.deployment.pools().values()}
         kept = [r for r in self.shared.values() if r.model == sc.model and _shard(r.pool) in shards]
@@ -141,21 +135,16 @@ class ReplayClock:
         ranks = [*self.runners.values(), *self.drafts.values()]
         left = self._free_bytes(sum({id(r): r.weight_bytes for r in ranks}.values()))
         insts = [(name, inst) for name, group in sim.pools.items() for inst in group]
-        need = {
-            (name, i.index): i.cache.num_pages * i.cache.page_size * self._token_bytes(name, i.pool, plan)
-            for name, i in insts
-        }
+        need = {(name, i.index): i.num_pages * i.page_size * self._token_bytes(name, i.pool, plan) for name, i in insts}
         ratio = min(1.0, 0.9 * left / sum(need.values())) if need and left > 0 else 0.0
         for name, inst in insts:
             key2 = (name, inst.index)
-            logical = inst.cache.num_pages
+            logical = inst.num_pages
             physical = max(1, min(logical, math.floor(logical * ratio)))
             self.kv[key2] = PagedKV(sc.model, inst.pool, plan.layers, logical, physical, self.dev)
             if name in self.drafts:
                 d = self.drafts[name]
                 self.draft_kv[key2] = PagedKV(d.model, d.pool, d.plan.layers, logical, physical, self.dev)
-            if sc.integrity.enabled:
-                self.trackers[key2] = inst.sched.tracker = DeviceTracker(self.dev)
 
     def _token_bytes(self, name: str, pool: Pool, plan: LayerPlan) -> int:
         """A token's bytes in an instance's caches: the target's layers run, and a draft model's whole."""
@@ -187,45 +176,45 @@ class ReplayClock:
         return CPU_BUDGET_GIB * GIB - weights
 
     # -- the step timer (called by the engine with the plan whose first step's pages are booked) ------------
-    def step_s(self, inst: Any, plan: Plan) -> float | None:
+    def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:
+        """One step (the engine runs in step mode): executed, or its bucket's time reused, or priced; with
+        `clock="modeled"` executed all the same but timed as `run` times it."""
+        assert n == 1 and len(plans) == 1, "the replay times one step of one rank at a time"
+        plan = plans[0]
+        step, check = self._measure(inst, plan)
+        if self.clock == "modeled":
+            return self.cost.time_run(inst, plans, 1)
+        if step is None:
+            fallback = self._priced(inst, plan)
+            self.fallback_s += fallback
+            return [inst.clock + fallback], None
+        collectives = self.collectives.seconds(
+            inst.pool_name, self.sc.model, inst.pool, plan, self.drafts.get(inst.pool_name)
+        )
+        self.measured_s += step + check
+        self.check_s += check
+        self.collective_s += collectives
+        return [inst.clock + step + check + collectives], None
+
+    def _measure(self, inst: Stepping, plan: Plan) -> tuple[float | None, float]:
+        """The step's measured seconds (executed now, or its bucket's median; None when it must be priced), and
+        the seconds the device integrity check took before it."""
         key = (inst.pool_name, inst.index)
         kv, runner = self.kv[key], self.runners[inst.pool_name]
         tracker = self.trackers.get(key)
         check = tracker.take_seconds() if tracker is not None else 0.0
-        bucket = self.buckets.setdefault(self._bucket(inst.pool_name, plan), Bucket())
-        step: float | None
-        if len(bucket.samples) < self.samples and self.device_s < self.budget_s:
-            step = self._execute(inst, runner, plan, kv)
-            bucket.samples.append(step)
-            self.counts["executed"] += 1
-            if len(bucket.samples) == self.samples and not bucket.profiled and self.device_s < self.budget_s:
-                bucket.profiled = True
-                self._sample_families(inst, runner, plan, kv, check)
-        elif bucket.samples:
-            step = bucket.time()
-            self.counts["reused"] += 1
-        else:
-            step = None
-            self.counts["priced"] += 1
-        if self.clock == "modeled":
-            return None
-        if step is None:
-            fallback = self._priced(inst, plan)
-            self.fallback_s += fallback
-            return fallback
-        collectives = self._collective(inst, plan)
-        self.measured_s += step + check
-        self.check_s += check
-        self.collective_s += collectives
-        return step + check + collectives
+        decision, bucket = self.sampler.decide(bucket_key(inst.pool_name, plan), self.device_s)
+        if decision == "price":
+            return None, check
+        if decision == "reuse":
+            return bucket.time(), check
+        step = self._execute(inst, runner, plan, kv)
+        bucket.samples.append(step)
+        if self.sampler.wants_families(bucket, self.device_s):
+            self._sample_families(inst, runner, plan, kv, check)
+        return step, check
 
     # -- internals -------------------------------------------------------------------------------------------
-    def _bucket(self, pool: str, plan: Plan) -> tuple[Any, ...]:
-        d = plan.decode
-        ctx = _q(sum(s.computed + 1 for s in d) / len(d)) if d else -1
-        chunks = tuple(sorted((_q(c), _q(s.computed + c)) for s, c in plan.prefill))
-        return pool, len(d), ctx, chunks
-
     def _execute(self, inst: Any, runner: RankModel, plan: Plan, kv: PagedKV) -> float:
         """Seconds of the plan's step: the forward pass, or under speculation the verify pass over k+1 positions
         per sequence and the draft model's k decode passes."""
@@ -278,36 +267,6 @@ class ReplayClock:
             len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks, usage=Usage()
         )
 
-    def _collective(self, inst: Any, plan: Plan) -> float:
-        """Priced seconds of the step's TP collectives (they depend on its tokens and sampled rows only); a verify
-        step's k+1 rows per sequence, and its draft model's k decode passes."""
-        pool, spec = inst.pool, inst.pool.speculative
-        if pool.tp == 1:
-            return 0.0
-        q = spec.draft_tokens + 1 if spec is not None and plan.decode else 1
-        tokens = q * len(plan.decode) + sum(c for _, c in plan.prefill)
-        rows = q * len(plan.decode) + len(plan.prefill)
-        key = (inst.pool_name, tokens, rows)
-        hit = self._collectives.get(key)
-        if hit is None:
-            us = self._collectives_us(self.sc.model, pool, tokens, rows)
-            if q > 1 and spec is not None:  # the draft model's or MTP module's k decode passes
-                b, d = len(plan.decode), self.drafts[inst.pool_name]
-                us += spec.draft_tokens * self._collectives_us(d.model, d.pool, b, b)
-            hit = self._collectives[key] = us * 1e-6
-        return hit
-
-    def _collectives_us(self, model: Any, pool: Pool, tokens: int, rows: int) -> float:
-        if pool.tp == 1:
-            return 0.0
-        us = 0.0
-        for line, x in (("tokens", tokens), ("rows", rows)):
-            for op in line_ops(model, pool, line, np.array([x])):
-                if op.family in COLLECTIVES:
-                    p = {k: (int(v[0]) if isinstance(v, np.ndarray) else v) for k, v in op.params.items()}
-                    us += float(roofline.op_us(op.family, p, self.sc.hardware)) * op.count
-        return us
-
     # -- what the Result says --------------------------------------------------------------------------------
     def provenance(self, device_name: str) -> dict[str, Any]:
         sc = self.sc
@@ -319,7 +278,8 @@ class ReplayClock:
                 "torch._scaled_mm for BF16/FP8 GEMMs, SDPA for prefill attention"
             )
         )
-        total = sum(self.counts.values())
+        counts = self.sampler.counts
+        total = sum(counts.values())
         return {
             "clock": self.clock,
             "device": device_name,
@@ -343,12 +303,12 @@ class ReplayClock:
                 "cost_model_fallback": round(self.fallback_s, 6),
                 "device_time_spent": round(self.device_s, 6),
             },
-            "steps": {"total": total, **self.counts},
+            "steps": {"total": total, **counts},
             "buckets": {
                 "rule": BUCKET_RULE,
-                "count": len(self.buckets),
-                "samples_each": self.samples,
-                "budget_s": self.budget_s,
+                "count": len(self.sampler.buckets),
+                "samples_each": self.sampler.samples,
+                "budget_s": self.sampler.budget_s,
             },
             "ranks": {
                 name: {

@@ -1,5 +1,4 @@
-"""What a modeled-clock instance records (busy time, steps, pages held over time) and how it waits out a run of
-steps; shared by the plain instance (`engine`) and the DP-attention one (`dp`), so both cut runs alike."""
+"""What an instance records (busy time, steps, pages held over time) and how it waits out a run of steps."""
 
 from __future__ import annotations
 
@@ -14,12 +13,20 @@ import simpy
 
 @dataclass
 class InstanceStats:
+    """What an instance's runs add up to."""
+
     busy_s: float = 0.0
     steps: int = 0
-    decode_seq_steps: int = 0  # sum over steps of the decode batch size: mean batch = this / steps
+    decode_seq_steps: int = 0  # Σ over steps of the decode batch, all ranks: mean batch = this / steps
+    busiest_seq_steps: int = 0  # Σ over steps of the busiest rank's decode batch
     max_batch: int = 0
-    # KV pages held, as (time, change) pairs: changes commute, so the record is the same however the clock
-    # was cut into runs, and the occupancy curve is their running sum in time order.
+
+
+@dataclass
+class PageChanges:
+    """KV pages held by one rank, as (time, change) pairs: changes commute, so the record is the same however the
+    clock was cut into runs, and the occupancy curve is their running sum in time order."""
+
     page_t: list[float] = field(default_factory=list)
     page_d: list[int] = field(default_factory=list)
 

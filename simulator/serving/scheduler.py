@@ -131,9 +131,7 @@ class Scheduler:
     ) -> Seq:
         """`keys`: the request's page keys if already known for this page size (the prefill instance's);
         `generated`: output tokens it produced elsewhere (a transferred request's first)."""
-        seq = Seq(req, target, self.counter, remaining, self.keys_for(req) if keys is None else keys)
-        seq._generated = generated
-        return seq
+        return Seq(req, target, self.counter, remaining, self.keys_for(req) if keys is None else keys, generated)
 
     def keys_for(self, req: Request) -> np.ndarray:
         return page_keys(req.blocks, req.block_tokens, self.cache.page_size, req.prompt_tokens)
@@ -142,7 +140,7 @@ class Scheduler:
         """A request that must prefill here (new, or preempted and recomputing)."""
         seq.status = "waiting"
         self.waiting.append(seq)
-        self._queued += seq.target - seq._computed
+        self._queued += seq.target - seq.computed
 
     def queued_tokens(self) -> int:
         """Prompt tokens still to prefill here, queued or in progress (prefill routing reads it per request):
@@ -158,7 +156,7 @@ class Scheduler:
         if hit < 0:
             return None
         self.cache.note_lookup(seq.req.prompt_tokens)
-        seq._computed = seq.target  # (a transferring sequence is not in the batch)
+        seq.computed = seq.target  # (a transferring sequence is not in the batch)
         seq.status = "transfer"
         self._admit(seq)
         return hit * self.cache.page_size
@@ -203,7 +201,7 @@ class Scheduler:
         if self._queued and len(self.running) > len(plan.decode):  # prompt tokens queued here: maybe prefilling
             for seq in self.running:
                 if seq.status == "prefill" and budget > 0:
-                    chunk = min(seq.target - seq._computed, self.chunk_size, budget)  # (not in the batch)
+                    chunk = min(seq.target - seq.computed, self.chunk_size, budget)  # (not in the batch)
                     plan.prefill.append((seq, chunk))
                     budget -= chunk
         return bool(plan.prefill)
@@ -266,9 +264,9 @@ class Scheduler:
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
         for seq, chunk in plan.prefill:  # prefill plans are one step long; a prefilling sequence is not in the batch
-            seq._computed += chunk
+            seq.computed += chunk
             self._queued -= chunk
-            if seq._computed < seq.target:
+            if seq.computed < seq.target:
                 continue
             self.cache.publish(seq.table, seq.keys)
             if self.prefill_only:
@@ -315,14 +313,13 @@ class Scheduler:
         if status == "decode" and seq.status != "decode":
             self._joining.append(seq)
         elif seq.status == "decode" and status != "decode":
-            if seq._origin is None:  # ready, not placed yet
+            if not seq.in_batch:  # ready, not placed yet
                 self._joining.remove(seq)
             else:  # it leaves the batch
-                self._ctx_base -= seq._computed - seq._origin
                 self.batch.leave(seq.order)
                 if self.spec is not None:
                     self.spec.leave(seq.order)
-                seq._settle()
+                self._ctx_base -= seq.leave()
         seq.status = status
 
     def _place_joining(self) -> None:
@@ -330,22 +327,15 @@ class Scheduler:
         count the run ended on: the next plan is the first to run them."""
         at = self.counter.n
         for seq in self._joining:
-            seq._origin = at
-            self._ctx_base += seq._computed - at
-            steps = seq._remaining
+            computed, remaining, fault_in = seq.computed, seq.remaining, seq.fault_in  # (not in the batch yet)
+            gains, steps = None, remaining
             if self.spec is not None:  # its drawn chain: the steps until its output ends
-                seq._gains = self.spec.join(
-                    seq.order,
-                    seq.req.id,
-                    seq.req.output_tokens,
-                    seq._generated,
-                    seq._remaining,
-                    seq._computed,
-                    seq.table.n,
-                    at,
+                gains = self.spec.join(
+                    seq.order, seq.req.id, seq.req.output_tokens, seq.generated, remaining, computed, seq.table.n, at
                 )
-                steps = len(seq._gains) - 1
-            self.batch.join(seq, seq.order, seq.table.row, seq._computed, steps, seq._fault_in, at)
+                steps = len(gains) - 1
+            self._ctx_base += seq.join(at, gains)
+            self.batch.join(seq, seq.order, seq.table.row, computed, steps, fault_in, at)
         self._joining.clear()
 
     def _pages(self, tokens: int) -> int:
@@ -367,17 +357,17 @@ class Scheduler:
             self.waiting.popleft()
             if seq.generated == 0:
                 self.cache.note_lookup(seq.req.prompt_tokens)
-            seq._computed = hit * self.cache.page_size  # a waiting sequence is not in the batch
-            if seq._computed >= seq.target:  # whole prompt cached: recompute the last token
-                seq._computed = seq.target - 1
-            self._queued -= seq._computed
+            seq.computed = hit * self.cache.page_size  # a waiting sequence is not in the batch
+            if seq.computed >= seq.target:  # whole prompt cached: recompute the last token
+                seq.computed = seq.target - 1
+            self._queued -= seq.computed
             seq.status = "prefill"
             self._admit(seq)
 
     def _preempt_newest(self) -> None:
         victim = max((s for s in self.running if s.status in ("decode", "prefill")), key=lambda s: s.order)
         if victim.status == "prefill":
-            self._queued -= victim.target - victim._computed
+            self._queued -= victim.target - victim.computed
         self._set_status(victim, "waiting")
         self.running.remove(victim)
         release_after_fault(victim.table, self.cache, victim.fault)

@@ -65,7 +65,9 @@ class Seq:
         "_gains",
     )
 
-    def __init__(self, req: Request, target: int, counter: StepCounter, remaining: int, keys: np.ndarray) -> None:
+    def __init__(
+        self, req: Request, target: int, counter: StepCounter, remaining: int, keys: np.ndarray, generated: int = 0
+    ) -> None:
         self.req = req
         self.target = target  # tokens whose KV must be cached before decoding (prompt, or + output on recompute)
         self.table = BlockTable()
@@ -77,7 +79,7 @@ class Seq:
         self._origin: int | None = None  # the counter when it joined the batch (None: not in it)
         self._computed = 0
         self._remaining = remaining
-        self._generated = 0
+        self._generated = generated  # output tokens produced elsewhere (a transferred request's first)
         self._fault_in = -1
         self._gains: np.ndarray | None = None  # speculative decoding: tokens gained after j steps in the batch
 
@@ -103,8 +105,23 @@ class Seq:
     def fault_in(self, value: int) -> None:
         self._fault_in = -1 if value < 0 else value + self._moved()
 
-    def _settle(self) -> None:
-        """Leave the batch: store the values as of now."""
+    @property
+    def in_batch(self) -> bool:
+        """Whether it is in the decode batch (its progress read from the step counter)."""
+        return self._origin is not None
+
+    def join(self, at: int, gains: np.ndarray | None = None) -> int:
+        """Join the decode batch at step count `at`; `gains`: under speculation, the tokens its drawn chain gives
+        after each step. Returns what it adds to the batch's context beyond one token a step (cached tokens less
+        `at`), which `leave` takes back."""
+        self._origin = at
+        self._gains = gains
+        return self._computed - at
+
+    def leave(self) -> int:
+        """Leave the batch: store the values as of now. Returns what `join` added to the batch's context."""
+        assert self._origin is not None, "not in the batch"
+        base = self._computed - self._origin
         moved, gained = self._moved(), self._gained()
         self._computed += gained
         self._remaining -= gained
@@ -113,3 +130,4 @@ class Seq:
             self._fault_in -= moved
         self._origin = None
         self._gains = None
+        return base

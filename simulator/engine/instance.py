@@ -1,0 +1,326 @@
+"""An instance on the engine's clock: its ranks (`serving.rank.Rank`: one, or `dp` under DP attention), a SimPy
+process that steps them in lock-step, and the times of its runs.
+
+Every run is every rank's plan: it lasts until the first rank's plan must change (the min of their
+`steps_until_change`), and a rank whose plan did not have to change makes the same plan again at the next run,
+so the segment clock and the one-step clock stay identical. The step timer (`engine.timer`) says when each step
+of the run ends; the instance books each step's pages as its start time passes (`settle`), so the caches see the
+same operations in the same order as under a clock that runs one step at a time. An outside event (an arrival,
+a finished transfer) that lands inside a run ends it at the step in flight — where a one-step clock would next
+decide.
+
+A request is placed on a rank when it reaches the instance (`routing.dp_rank`: colocated and prefill at arrival,
+decode when its transfer is queued) and stays there, so admission, preemption and page shortfalls are per rank.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from simulator.config.scenario import Pool
+from simulator.engine.stats import InstanceStats, PageChanges, wait_for_run
+from simulator.engine.timer import StepTimer
+from simulator.pricing.costmodel import CostModel
+from simulator.results.record import InstanceRun, PageLog, RankRun
+from simulator.serving.rank import Booked, Rank
+from simulator.serving.routing import dp_rank
+from simulator.serving.scheduler import Counters, Scheduler, StepEvents
+from simulator.serving.sequence import Seq
+from simulator.workload.request import Request
+
+
+class Driver(Protocol):
+    """What an instance asks of the simulation that drives it (`engine.simulation.Simulation`)."""
+
+    env: simpy.Environment
+    step_mode: bool
+
+    def after_schedule(self, inst: Instance) -> None: ...
+
+    def on_events(self, inst: Instance, ev: StepEvents, ends: list[float]) -> None: ...
+
+
+class Instance:
+    """One instance of a pool: its ranks, its clock, its inbound KV-transfer links (one a rank) and its stats."""
+
+    def __init__(
+        self,
+        sim: Driver,
+        pool_name: str,
+        index: int,
+        pool: Pool,
+        ranks: list[Rank],
+        cost: CostModel,
+        timer: StepTimer,
+    ) -> None:
+        self.sim, self.pool_name, self.index, self.pool, self.cost = sim, pool_name, index, pool, cost
+        self.ranks, self.timer = ranks, timer
+        self.single = len(ranks) == 1  # no DP attention: every request is on the one rank
+        self.env = sim.env
+        self.page_size = ranks[0].cache.page_size
+        self.num_pages = sum(r.cache.num_pages for r in ranks)
+        self.prefill_only = pool_name == "prefill"
+        self.wake: simpy.Event | None = None
+        # Exact times: an instance's clock is a running sum of step times, and every wake-up carries the exact
+        # time of its cause. env.now only orders events, so the segment and step-by-step clocks compute
+        # bit-identical timelines.
+        self.clock = 0.0
+        self.wake_at = 0.0
+        self.links = [0.0] * len(ranks)  # when each rank's inbound KV-transfer link (its own NIC) is next idle
+        # The run in flight's start and step ends (plain lists: routing bisects every instance's run on each
+        # hand-off). A step takes its pages when it starts.
+        self._run_start = 0.0
+        self._run_ends: list[float] = []
+        self._rank_of: dict[int, Rank] = {}  # request id -> its rank, while the instance needs to look it up
+        self.stats = InstanceStats()
+        self.logs = [PageChanges() for _ in ranks]  # pages held, rank by rank
+        self.env.process(self._loop())
+
+    # -- placing requests on ranks ------------------------------------------------------------------------
+    def _place(self, t: float) -> Rank:
+        """The rank a request arriving at time t goes to (`routing.dp_rank`): on a prefill instance the least
+        queued prompt tokens; else the least KV pages held, promised to transfers and queued to prefill."""
+        if self.single:
+            return self.ranks[0]
+        if self.prefill_only:
+            return self.ranks[dp_rank([r.sched.queued_tokens() for r in self.ranks])]
+        k, size = self._started(t), self.page_size
+        return self.ranks[dp_rank([r.load(k) + -(-r.sched.queued_tokens() // size) for r in self.ranks])]
+
+    def _rank(self, req_id: int, keep: bool = False) -> Rank:
+        """The rank a request was placed on (forgotten unless `keep`)."""
+        if self.single:
+            return self.ranks[0]
+        return self._rank_of[req_id] if keep else self._rank_of.pop(req_id)
+
+    def enqueue_new(self, req: Request) -> None:
+        """A request arrives here to prefill (colocated or prefill pool)."""
+        rank = self._place(req.arrival)
+        if self.prefill_only and not self.single:
+            self._rank_of[req.id] = rank  # its pages are released by id once transferred
+        rank.enqueue_new(req)
+
+    def receive_at(self, pseq: Seq, src: Instance, t: float) -> Seq:
+        """A request prefilled elsewhere, handed off at time t, goes to the rank least loaded then and stays there."""
+        rank = self._place(t)
+        if not self.single:
+            self._rank_of[pseq.req.id] = rank
+        return rank.receive(pseq, src.page_size)
+
+    def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:
+        self._rank(dseq.req.id, keep=True).queue_transfer(dseq, pseq, src)
+
+    def start_transfers(self, t: float) -> Iterator[tuple[Seq, Seq, Instance, int]]:
+        """Each rank's transfers that start at time t (FCFS per rank), the pages they hold logged then."""
+        for i, r in enumerate(self.ranks):
+            avail = r.cache.available
+            for started in r.start_transfers():
+                self.logs[i].pages_changed(t, avail - r.cache.available)
+                avail = r.cache.available
+                yield started
+
+    def link_for(self, dseq: Seq) -> int:
+        """The inbound link of the rank the sequence is on."""
+        return self._rank(dseq.req.id, keep=True).index
+
+    def finish_transfer(self, dseq: Seq) -> None:
+        self._rank(dseq.req.id).finish_transfer(dseq)
+
+    def release_at(self, seq: Seq, t: float) -> None:
+        """A prefill instance frees a transferred sequence's pages at time t."""
+        rank = self._rank(seq.req.id)
+        avail = rank.cache.available
+        rank.release(seq)
+        self.logs[rank.index].pages_changed(t, avail - rank.cache.available)
+
+    @property
+    def pending(self) -> bool:
+        """Transfers waiting for room here."""
+        return any(r.pending for r in self.ranks)
+
+    def has_waiting(self) -> bool:
+        return any(r.sched.waiting for r in self.ranks)
+
+    def queued_tokens(self) -> int:
+        return sum(r.sched.queued_tokens() for r in self.ranks)
+
+    def prefix_pages(self, req: Request) -> int:
+        return max(r.prefix_pages(req) for r in self.ranks)
+
+    @property
+    def schedulers(self) -> list[Scheduler]:
+        return [r.sched for r in self.ranks]
+
+    @property
+    def counters(self) -> Counters:
+        if self.single:
+            return self.ranks[0].counters
+        out = Counters()
+        for r in self.ranks:
+            c = r.counters
+            out.preempted += c.preempted
+            out.aborted += c.aborted
+            out.detected += c.detected
+            out.false_positives += c.false_positives
+            out.tokens_lost += c.tokens_lost
+            out.checked_pages += c.checked_pages
+            out.aborts += c.aborts
+        return out
+
+    def take_aborted(self) -> list[Seq]:
+        return [seq for r in self.ranks for seq in r.take_aborted()]
+
+    # -- load, as routing reads it at time t (also mid-run) ----------------------------------------------------
+    def _started(self, t: float) -> int:
+        """Steps of the run in flight that have started by time t (the one in flight at t included)."""
+        ends = self._run_ends
+        return min(len(ends), bisect_left(ends, t) + 1)
+
+    def kv_load(self, t: float) -> int:
+        """What least-KV routing compares: pages held at time t (the run's steps started by then included) plus
+        pages of transfers waiting to start."""
+        k = self._started(t)
+        return sum(r.load(k) for r in self.ranks)
+
+    def used_pages(self, t: float) -> int:
+        """Pages held at time t, the run's steps started by then included (read-only: must not cut or book)."""
+        return self.kv_load(t) - sum(r.pending_pages for r in self.ranks)
+
+    def settle(self, t: float) -> None:
+        """Book every rank's pages of the steps started by time t, before anything else touches its cache."""
+        k = self._started(t)
+        for i, r in enumerate(self.ranks):
+            self._log_booked(i, r.book_to(k))
+
+    def _log_booked(self, i: int, booked: Booked) -> None:
+        """Log the pages rank i's run took at each step's start."""
+        steps, counts = booked
+        if steps:
+            ends, start = self._run_ends, self._run_start  # a step starts when the one before it ends
+            log = self.logs[i]
+            log.page_t += [ends[step - 1] if step else start for step in steps]
+            log.page_d += counts
+
+    def _log_released(self, i: int, t: float, avail: int) -> None:
+        """Log what rank i's cache gave back since it had `avail` pages free."""
+        self.logs[i].pages_changed(t, avail - self.ranks[i].cache.available)
+
+    def run_needs_more_than_free(self) -> bool:
+        """True when the run in flight can no longer book all its remaining steps' pages on some rank."""
+        n = len(self._run_ends)
+        return any(r.short_of_pages(n) for r in self.ranks)
+
+    def notify(self, at: float) -> None:
+        self.wake_at = max(self.wake_at, at)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    # -- the lock-step loop -----------------------------------------------------------------------------------
+    def _sleep(self) -> Iterator[simpy.Event]:
+        """Wait until notified; the clock moves to the time of the cause."""
+        self.wake = self.env.event()
+        yield self.wake
+        self.clock = max(self.clock, self.wake_at)
+
+    def _loop(self) -> Iterator[Any]:
+        sim, st, ranks = self.sim, self.stats, self.ranks
+        while True:
+            if not any(r.busy() for r in ranks):  # nothing to decide
+                yield from self._sleep()
+                continue
+            plans = []
+            for i, r in enumerate(ranks):
+                avail = r.cache.available
+                plans.append(r.sched.schedule())
+                self._log_released(i, self.clock, avail)  # preemptions' and aborts' releases
+            if all(p.empty for p in plans):
+                sim.after_schedule(self)
+                yield from self._sleep()
+                continue
+            self._run_ends, self._run_start = [], self.clock
+            for i, (r, p) in enumerate(zip(ranks, plans, strict=True)):
+                self._log_booked(i, r.begin(p))  # a decode run's first step takes its pages now
+            if self.pending or any(r.sched.aborted for r in ranks):
+                sim.after_schedule(self)
+            if sim.step_mode:
+                n = 1
+            else:
+                n = min(r.sched.steps_until_change(p) for r, p in zip(ranks, plans, strict=True) if not p.empty)
+            ends, priced = self.timer.time_run(self, plans, n)
+            self._run_ends = ends
+            for r in ranks:
+                r.planned(n)
+            m = yield from wait_for_run(self, ends, n)
+            if priced is not None:
+                priced.charge(m, self.cost.usage)
+            end = ends[m - 1]
+            events = []
+            batch = busiest = 0
+            for i, (r, p) in enumerate(zip(ranks, plans, strict=True)):
+                if p.decode:
+                    self._log_booked(i, r.book_to(m))
+                r.end_run()
+                avail = r.cache.available
+                events.append(r.sched.advance(p, m))
+                self._log_released(i, end, avail)  # completions' releases
+                batch += len(p.decode)
+                busiest = max(busiest, len(p.decode))
+            st.busy_s += end - self.clock
+            st.steps += m
+            if batch:
+                st.decode_seq_steps += m * batch
+                st.busiest_seq_steps += m * busiest
+                st.max_batch = max(st.max_batch, batch)
+            self.clock = end
+            ev = events[0] if self.single else _merged(events)
+            if ev.finished or ev.prefilled or ev.first_tokens or self.pending:
+                sim.on_events(self, ev, ends)
+
+    # -- what the run leaves ----------------------------------------------------------------------------------
+    def run_record(self) -> InstanceRun:
+        """What the run left on this instance (and, under DP attention, on each of its ranks), as plain data."""
+        st = self.stats
+        logs = [PageLog(r.cache.num_pages, *log.page_changes()) for r, log in zip(self.ranks, self.logs, strict=True)]
+        if self.single:
+            return InstanceRun(
+                st.busy_s,
+                st.steps,
+                st.decode_seq_steps,
+                st.busiest_seq_steps,
+                st.max_batch,
+                logs[0],
+                self.ranks[0].cache.lookup_tokens,
+                self.ranks[0].cache.hit_tokens,
+                self.counters,
+            )
+        whole = PageLog(self.num_pages, np.concatenate([g.t for g in logs]), np.concatenate([g.d for g in logs]))
+        ranks = tuple(
+            RankRun(g, r.cache.lookup_tokens, r.cache.hit_tokens) for g, r in zip(logs, self.ranks, strict=True)
+        )
+        return InstanceRun(
+            st.busy_s,
+            st.steps,
+            st.decode_seq_steps,
+            st.busiest_seq_steps,
+            st.max_batch,
+            whole,
+            sum(r.lookup_tokens for r in ranks),
+            sum(r.hit_tokens for r in ranks),
+            self.counters,
+            ranks,
+        )
+
+
+def _merged(events: list[StepEvents]) -> StepEvents:
+    """The ranks' events of one run as the instance's."""
+    out = StepEvents()
+    for ev in events:
+        out.first_tokens += ev.first_tokens
+        out.finished += ev.finished
+        out.prefilled += ev.prefilled
+    return out

@@ -1,0 +1,123 @@
+"""The seam between the engine and what its steps cost: a `StepTimer` times every run of steps an instance plans.
+
+The engine decides (schedules, books pages, advances); a step timer only says when the steps end. The default
+is the cost model (`CostTimer`): a whole run of identical decode steps priced at once, vectorised over the
+growing context. The replay executor's device timer (kernels/executor/clock.py) takes its place with the engine
+in step mode — the replay is this engine run one step at a time, each step executed and timed on a device — so
+its decisions are the scheduler's by construction and only the step times differ from `phaseplan run`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from simulator.config.scenario import Pool
+from simulator.pricing.costmodel import CostModel, Usage
+from simulator.pricing.dpstep import DPSteps, RankStep
+from simulator.serving.rank import Rank
+from simulator.serving.scheduler import Plan
+
+
+class Charge(Protocol):
+    """Steps priced before they ran: charged once the engine knows how many of them did."""
+
+    def charge(self, m: int, usage: Usage) -> None: ...
+
+
+Timed = tuple[list[float], Charge | None]  # each step's end time, and what to charge (None: nothing, or done)
+
+
+class Stepping(Protocol):
+    """What a step timer reads of the instance whose steps it times (`engine.instance.Instance`)."""
+
+    pool_name: str
+    index: int
+    pool: Pool
+    cost: CostModel
+    clock: float
+    ranks: list[Rank]
+
+
+class StepTimer(Protocol):
+    """Times an instance's runs of steps. The engine hands it each rank's plan as the run starts (the first
+    step's pages booked) and the steps it wants timed; it answers each step's end time."""
+
+    def tracker(self, pool: str, index: int) -> Any:
+        """The integrity tracker the instance's schedulers check pages with (None: the simulator's own)."""
+
+    def attach(self, sim: Any) -> None:
+        """Called once the instances exist, before the run."""
+
+    def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:
+        """End times of the plans' next n steps, starting at the instance's clock."""
+
+
+class CostTimer:
+    """The cost model as the step timer: one rank's steps by its pool's `CostModel`, a DP instance's lock-step
+    steps by `DPSteps` (the slowest rank plus the routed experts every rank shares)."""
+
+    def __init__(self) -> None:
+        self._dp: dict[str, DPSteps] = {}
+
+    def tracker(self, pool: str, index: int) -> None:
+        return None
+
+    def attach(self, sim: Any) -> None:
+        pass
+
+    def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:
+        if len(plans) == 1:
+            return rank_run(inst.cost, inst.ranks[0].sched, plans[0], n, inst.clock)
+        pricer = self._dp.get(inst.pool_name)
+        if pricer is None:
+            pricer = self._dp[inst.pool_name] = DPSteps(inst.cost)
+        return dp_run(pricer, inst, plans, n)
+
+
+def rank_run(cost: CostModel, sched: Any, plan: Plan, n: int, clock: float) -> Timed:
+    """End times of one rank's next n steps. A step with prefill chunks is always a run of one, so it is charged
+    at once; a decode run is charged for the steps that ran."""
+    if plan.prefill:
+        d = plan.decode
+        chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
+        t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+        return [clock + t], None
+    growth = sched.growth(plan, n)
+    if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
+        priced = cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
+        return np.add.accumulate(np.concatenate(([clock], priced.us * 1e-6)))[1:].tolist(), priced
+    priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
+    return ends, priced
+
+
+def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int) -> Timed:
+    """End times of a DP instance's next n lock-step steps."""
+    ranks = zip(inst.ranks, plans, strict=True)
+    if any(p.prefill for p in plans):
+        steps: list[RankStep] = []
+        for r, p in ranks:
+            if p.decode and r.sched.spec is not None:  # a verify step beside other ranks' chunks
+                g = r.sched.growth(p, 1)
+                steps.append((len(p.decode), int(p.ctx[0]), p.pages0 + int(g[0]), (), True))  # type: ignore[index]
+            else:
+                steps.append(
+                    (
+                        len(p.decode),
+                        sum(s.computed + 1 for s in p.decode),
+                        sum(s.table.n for s in p.decode),
+                        [(c, s.computed) for s, c in p.prefill],
+                        False,
+                    )
+                )
+        return [inst.clock + pricer.step_s(steps)], None
+    runs = []
+    for r, p in ranks:
+        if p.decode:
+            growth = r.sched.growth(p, n)
+            b = len(p.decode)  # a verify run reads the context its drawn tokens left; a plain one b more a step
+            ctx = p.ctx[:n] if p.ctx is not None else p.ctx0 + b * np.arange(1, n + 1, dtype=np.int64)
+            runs.append((b, ctx, p.pages0 + growth))
+    priced, ends = pricer.decode_run(runs, inst.clock)
+    return ends, priced
