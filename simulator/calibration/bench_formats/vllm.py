@@ -33,8 +33,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import simulator.calibration.bench_formats.flat as flat
 from simulator.calibration.bench_fields import Doc
-from simulator.calibration.bench_formats import flat
 from simulator.calibration.bench_formats.format import Format, counts, per_request, place
 from simulator.calibration.bench_run import BenchRun, Lengths, Load, StatedConfig
 
