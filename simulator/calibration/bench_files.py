@@ -36,14 +36,22 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     d = dict(pairs)
     if len(d) != len(pairs):
         seen: set[str] = set()
-        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise _Duplicate(key)
+        for k, _ in pairs:
+            if k in seen:
+                raise _Duplicate(k)
+            seen.add(k)
     return d
+
+
+def _int(digits: str) -> int | float:
+    """A JSON integer; one of 300 digits or more is read as the float it overflows to (inf), which the
+    range checks refuse, instead of Python's int (unbounded, and refused past 4,300 digits with a ValueError)."""
+    return int(digits) if len(digits) < 300 else float(digits)
 
 
 def _parse(text: str, where: Where) -> Any:
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_int=_int)
     except _Duplicate as e:
         raise where.error("", f"duplicate key {e.args[0]!r} (the tools write each key once)") from None
     except json.JSONDecodeError as e:
@@ -59,7 +67,7 @@ def _documents(path: str, text: str, jsonl: bool) -> list[tuple[Where, Any]]:
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not jsonl and len(lines) > 1:
         try:
-            jsonl = isinstance(json.loads(lines[0][1]), dict)
+            jsonl = isinstance(json.loads(lines[0][1], parse_int=_int), dict)
         except (ValueError, RecursionError):
             jsonl = False
     if jsonl:
@@ -101,6 +109,8 @@ def read(path: str | Path, tool: Tool | None = None) -> list[BenchRun]:
         found = tool or detect(data)
         if found is None:
             raise where.error("", f"not a result file of {', '.join(TOOLS)} (none of their keys found)")
+        if FORMATS[found].jsonl and where.line is None:  # a one-line JSONL file, parsed whole: still line 1
+            where = Where(name, next(n for n, line in enumerate(text.splitlines(), 1) if line.strip()))
         runs += FORMATS[found].read(Doc(data, where), sha256)
     return runs
 

@@ -178,11 +178,12 @@ def _rate(run: BenchRun) -> float:
     return run.load.request_rate if run.load.request_rate is not None else math.inf  # the tool's default
 
 
-def _server_info(run: BenchRun) -> dict[str, Any]:
+def _server_info(run: BenchRun) -> dict[str, Any] | None:
+    """None (the tool's null: no /get_server_info answer) when the run states no server or model."""
     s = run.config.servers
     if "prefill" in s or "decode" in s:
         return {role: [s[role]] for role in ("prefill", "decode") if role in s}
-    return dict(s.get("server") or _model_args(run))
+    return dict(s.get("server") or _model_args(run)) or None
 
 
 def _model_args(run: BenchRun) -> dict[str, Scalar]:
