@@ -82,6 +82,12 @@ class Doc:
             raise self.error(key, f"expected an object, got {type(v).__name__} {short(v)}")
         return Doc(v, self.where, f"{self.name(key)}.")
 
+    def need(self, key: str) -> Doc:
+        """A required nested object."""
+        sub = self.sub(key, required=True)
+        assert sub is not None
+        return sub
+
     def items(self, key: str, required: bool = False) -> list[Doc]:
         """A list of objects, each a Doc named key[i]."""
         v = self.data.get(key)
@@ -111,6 +117,16 @@ class Doc:
         if zero_absent and v == 0:
             return None
         return check(self, key, float(v), kind)
+
+    def need_num(self, key: str, kind: str) -> float:
+        v = self.num(key, kind, required=True)
+        assert v is not None
+        return v
+
+    def need_int(self, key: str, kind: str) -> int:
+        v = self.integer(key, kind, required=True)
+        assert v is not None
+        return v
 
     def finite(self, key: str, required: bool = False) -> float | None:
         """A finite number of any size (for values scaled by a stated unit before their range is checked)."""

@@ -30,8 +30,7 @@ def place(doc: Doc, sha256: str) -> dict[str, Any]:
 
 def per_request(doc: Doc, total_key: str, completed: int) -> float:
     """Mean tokens per request from a run's total (SGLang and vLLM state totals over completed requests)."""
-    total = doc.integer(total_key, "total_tokens", required=True)
-    assert total is not None
+    total = doc.need_int(total_key, "total_tokens")
     mean = total / completed
     lo, hi, what = RANGES["tokens"]
     if not lo <= mean <= hi:

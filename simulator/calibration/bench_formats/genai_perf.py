@@ -25,13 +25,14 @@ Sources followed:
   `tokenizer.name`), dumped with exclude_unset (a default the user left alone is absent).
 
 Meaning and units: every value is converted by its stated `unit` (GenAI-Perf's first export, c18c493e
-2024-05-16, stated times in "ns"; later ones in "ms"; AIPerf's duration in "sec"). Both tools' ITL is per
-request `(request_latency − ttft) / (output_sequence_length − 1)` (GenAI-Perf since e366b35c, 2024-06-28;
-AIPerf's metrics/types/inter_token_latency_metric.py): that is TPOT as SGLang and vLLM define it, so it is
-read into `tpot`; a file stating times in "ns" predates that change and pooled token gaps, read into `itl`.
-Neither states the run's duration directly except AIPerf: for GenAI-Perf it is derived as request_count /
-request_throughput (the tool computes the throughput as requests over its duration). Input throughput is
-request throughput × mean input sequence length (AIPerf: total_isl / benchmark_duration).
+2024-05-16, stated times in "ns"; "ms" since 699bdd51, 2024-06-12; AIPerf's duration in "sec"). Both tools'
+ITL is per request `(request_latency − ttft) / (output_sequence_length − 1)` (GenAI-Perf since 10ae3a4d,
+2024-06-06; AIPerf's metrics/types/inter_token_latency_metric.py): that is TPOT as SGLang and vLLM define
+it, so it is read into `tpot`. A file stating times in "ns" predates 699bdd51 and (but for six days) pooled
+token gaps: its ITL is read into `itl`. Neither tool states the run's duration except AIPerf: for GenAI-Perf
+it is derived as request_count / request_throughput (the tool computes the throughput as requests over its
+duration). Input throughput is request throughput × mean input sequence length (AIPerf: total_isl /
+benchmark_duration).
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ def _avg(doc: Doc, key: str, kind: str, required: bool = False) -> float | None:
     return sub.num("avg", kind, required=True)
 
 
+def _need_avg(doc: Doc, key: str, kind: str) -> float:
+    v = _avg(doc, key, kind, required=True)
+    assert v is not None
+    return v
+
+
 def _seconds(doc: Doc, key: str) -> float | None:
     sub = doc.sub(key)
     if sub is None:
@@ -113,9 +120,13 @@ def _seconds(doc: Doc, key: str) -> float | None:
     unit = sub.text("unit", required=True)
     if unit not in TIME:
         raise sub.error("unit", f"{unit!r} is not a time unit ({', '.join(TIME)})")
-    v = sub.finite("avg", required=True)
+    return check(sub, "avg", _finite(sub, "avg") * TIME[unit] / 1e3, "duration_s")
+
+
+def _finite(doc: Doc, key: str) -> float:
+    v = doc.finite(key, required=True)
     assert v is not None
-    return check(sub, "avg", v * TIME[unit] / 1e3, "duration_s")
+    return v
 
 
 def _length(doc: Doc | None, key: str) -> float | None:
@@ -137,10 +148,8 @@ def _date(doc: Doc) -> str | None:
 
 
 def _read(doc: Doc, sha256: str, tool: Tool) -> list[BenchRun]:
-    cfg = doc.sub("input_config", required=True)
-    assert cfg is not None
-    req_tput = _avg(doc, "request_throughput", "req_s", required=True)
-    assert req_tput is not None
+    cfg = doc.need("input_config")
+    req_tput = _need_avg(doc, "request_throughput", "req_s")
     isl = _avg(doc, "input_sequence_length", "tokens")
     count = _avg(doc, "request_count", "count")
     if count is not None and not count.is_integer():
@@ -150,7 +159,8 @@ def _read(doc: Doc, sha256: str, tool: Tool) -> list[BenchRun]:
         raise doc.error("request_count.avg", "0 requests completed: the run measured nothing")
     ttft = _time(doc, "time_to_first_token", "latency_ms")
     itl = _time(doc, "inter_token_latency", "step_ms")
-    ns = (doc.sub("inter_token_latency") or Doc({}, doc.where)).data.get("unit") == "ns"
+    itl_doc = doc.sub("inter_token_latency")
+    pooled = itl_doc is not None and itl_doc.data.get("unit") == "ns"  # before GenAI-Perf 699bdd51
     if tool == "aiperf":
         duration = _seconds(doc, "benchmark_duration")
         total_isl = _avg(doc, "total_isl", "tokens") if duration is not None else None
@@ -181,10 +191,10 @@ def _read(doc: Doc, sha256: str, tool: Tool) -> list[BenchRun]:
             failed=None if failed is None else int(failed),
             request_throughput=req_tput,
             input_throughput=in_tput,
-            output_throughput=_avg(doc, "output_token_throughput", "tok_s", required=True),  # type: ignore[arg-type]
+            output_throughput=_need_avg(doc, "output_token_throughput", "tok_s"),
             ttft=ttft,
-            tpot=Latency() if ns else itl,
-            itl=itl if ns else Latency(),
+            tpot=Latency() if pooled else itl,
+            itl=itl if pooled else Latency(),
             e2e=_time(doc, "request_latency", "latency_ms"),
             accept_length=None,
             config=config,

@@ -8,10 +8,11 @@ Sources followed (github.com/vllm-project/guidellm):
   throughput (`max_concurrency`) | constant | poisson (`rate`)), `worker.backend_type/backend_target/
   backend_model`, `start_time`/`end_time` (Unix seconds), `request_totals` (successful, incomplete, errored,
   total), `metrics` (`GenerativeMetrics`). v0.2.1 has the same layout.
-* v0.4.0 onward (v0.5.0 schemas/generative/*.py; HEAD ee7a77457ba6, schemas/{report,benchmark,metrics}.py):
-  the report gains `metadata` (`version` 1, then 2; `guidellm_version`) and `args`/`config`; a benchmark keeps
-  `config.strategy` and `config.backend` (the backend's `info`: `target`, `model`, …), computed `start_time`,
-  `end_time`, `duration`, and `metrics.request_totals`; metrics add `prompt_tokens_per_second`.
+* v0.4.0 onward (v0.4.0 and v0.5.0 schemas/generative/*.py; v0.7.0 and HEAD ee7a77457ba6
+  schemas/{report,benchmark,metrics}.py): a benchmark holds `config.strategy` and `config.backend` (the
+  backend's `info`: `target`, `model`, …), computed `start_time`, `end_time`, `duration`, and
+  `metrics.request_totals`; metrics add `prompt_tokens_per_second`. The report holds `args` (v0.4.0), then
+  `metadata` (`version` 1 in v0.5.0, 2 in v0.7.0; `guidellm_version`) with `args`, then `config`.
 * Each metric is a StatusDistributionSummary: `{"successful", "incomplete", "errored", "total"}`, each a
   DistributionSummary `{mean, median, mode, variance, std_dev, min, max, count, total_sum, percentiles:
   {p001, p01, p05, p10, p25, p50, p75, p90, p95, p99, p999}}` (src/guidellm/objects/statistics.py @v0.3.0,
@@ -64,26 +65,21 @@ def read(doc: Doc, sha256: str) -> list[BenchRun]:
 
 def _run(b: Doc, sha256: str, version: str | None, report_args: Doc | None) -> BenchRun:
     new = "config" in b.data
-    m = b.sub("metrics", required=True)
-    assert m is not None
-    totals = (m if new else b).sub("request_totals", required=True)
-    assert totals is not None
-    completed = totals.integer("successful", "count", required=True)
-    assert completed is not None
+    m = b.need("metrics")
+    totals = (m if new else b).need("request_totals")
+    completed = totals.need_int("successful", "count")
     if completed == 0:
         raise totals.error("successful", "0 requests completed: the run measured nothing")
     start = b.num("start_time", "timestamp_s")
     if new:
-        duration = b.num("duration", "duration_s", required=True)
+        duration = b.need_num("duration", "duration_s")
     else:
-        end = b.num("end_time", "timestamp_s", required=True)
+        end = b.need_num("end_time", "timestamp_s")
         if start is None:
             raise b.error("start_time", "missing (required)")
-        duration = check(b, "end_time", end - start, "duration_s")  # type: ignore[operator]
-    args = b.sub("config") if new else b.sub("args", required=True)
-    assert args is not None
-    strategy = args.sub("strategy", required=True)
-    assert strategy is not None
+        duration = check(b, "end_time", end - start, "duration_s")
+    args = b.need("config" if new else "args")
+    strategy = args.need("strategy")
     if new:
         backend = args.sub("backend")
         model = backend.text("model") if backend else None
@@ -94,11 +90,11 @@ def _run(b: Doc, sha256: str, version: str | None, report_args: Doc | None) -> B
         worker = b.sub("worker")
         model = worker.text("backend_model") if worker else None
         backend_name = worker.text("backend_type") if worker else None
-    req_tput = _mean(m, "requests_per_second", "req_s", required=True)
+    req_tput = _need_mean(m, "requests_per_second", "req_s")
     prompt = _mean(m, "prompt_token_count", "tokens")
     in_tput = _mean(m, "prompt_tokens_per_second", "tok_s")
     if in_tput is None and prompt is not None:
-        in_tput = req_tput * prompt  # type: ignore[operator]
+        in_tput = req_tput * prompt
     return BenchRun(
         tool="guidellm",
         variant=V04 if new else V03,
@@ -113,9 +109,9 @@ def _run(b: Doc, sha256: str, version: str | None, report_args: Doc | None) -> B
         duration_s=duration,
         completed=completed,
         failed=totals.integer("errored", "count"),
-        request_throughput=req_tput,  # type: ignore[arg-type]
+        request_throughput=req_tput,
         input_throughput=in_tput,
-        output_throughput=_mean(m, "output_tokens_per_second", "tok_s", required=True),  # type: ignore[arg-type]
+        output_throughput=_need_mean(m, "output_tokens_per_second", "tok_s"),
         ttft=_latency(m, "time_to_first_token_ms", "latency_ms"),
         tpot=Latency(),
         itl=_latency(m, "inter_token_latency_ms", "step_ms"),
@@ -148,9 +144,15 @@ def _successful(m: Doc, key: str, required: bool) -> Doc | None:
     return summary.sub("successful", required=True) if summary is not None else None
 
 
-def _mean(m: Doc, key: str, kind: str, required: bool = False) -> float | None:
-    s = _successful(m, key, required)
-    return s.num("mean", kind, required=True) if s is not None else None
+def _mean(m: Doc, key: str, kind: str) -> float | None:
+    s = _successful(m, key, False)
+    return s.need_num("mean", kind) if s is not None else None
+
+
+def _need_mean(m: Doc, key: str, kind: str) -> float:
+    s = _successful(m, key, True)
+    assert s is not None
+    return s.need_num("mean", kind)
 
 
 def _latency(m: Doc, key: str, kind: str, factor: float = 1.0) -> Latency:
@@ -160,8 +162,10 @@ def _latency(m: Doc, key: str, kind: str, factor: float = 1.0) -> Latency:
     pct = s.sub("percentiles")
 
     def value(d: Doc | None, k: str) -> float | None:
-        v = d.finite(k) if d is not None else None
-        return None if v is None or v == 0 else check(d, k, v * factor, kind)  # type: ignore[arg-type]
+        if d is None:
+            return None
+        v = d.finite(k)
+        return None if v is None or v == 0 else check(d, k, v * factor, kind)
 
     median = value(s, "median")
     return Latency(

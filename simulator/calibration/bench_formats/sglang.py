@@ -60,12 +60,10 @@ def detect(d: dict[str, Any]) -> bool:
 
 
 def read(doc: Doc, sha256: str) -> list[BenchRun]:
-    completed = doc.integer("completed", "count", required=True)
-    assert completed is not None
+    completed = doc.need_int("completed", "count")
     if completed == 0:
         raise doc.error("completed", "0 requests completed: the run measured nothing")
-    duration = doc.num("duration", "duration_s", required=True)
-    assert duration is not None
+    duration = doc.need_num("duration", "duration_s")
     variant = SERVER_INFO if "server_info" in doc.data else FULL if "request_throughput" in doc.data else EARLY
     dataset = doc.text("dataset_name")
     random = dataset is not None and dataset.startswith("random")
@@ -103,7 +101,7 @@ def read(doc: Doc, sha256: str) -> list[BenchRun]:
             failed=None,
             request_throughput=req_tput if req_tput is not None else completed / duration,
             input_throughput=in_tput if in_tput is not None else _total(doc, "total_input_tokens") / duration,
-            output_throughput=doc.num("output_throughput", "tok_s", required=True),  # type: ignore[arg-type]
+            output_throughput=doc.need_num("output_throughput", "tok_s"),
             ttft=flat.latency(doc, "ttft", "latency_ms"),
             tpot=flat.latency(doc, "tpot", "step_ms"),
             itl=flat.latency(doc, "itl", "step_ms"),
@@ -115,8 +113,7 @@ def read(doc: Doc, sha256: str) -> list[BenchRun]:
 
 
 def _total(doc: Doc, key: str) -> int:
-    v = doc.integer(key, "total_tokens", required=True)
-    assert v is not None
+    v = doc.need_int(key, "total_tokens")
     return v
 
 

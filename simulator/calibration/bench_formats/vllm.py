@@ -56,15 +56,12 @@ def detect(d: dict[str, Any]) -> bool:
 
 
 def read(doc: Doc, sha256: str) -> list[BenchRun]:
-    completed = doc.integer("completed", "count", required=True)
-    assert completed is not None
+    completed = doc.need_int("completed", "count")
     if completed == 0:
         raise doc.error("completed", "0 requests completed: the run measured nothing")
-    duration = doc.num("duration", "duration_s", required=True)
-    assert duration is not None
+    duration = doc.need_num("duration", "duration_s")
     in_tput = doc.num("input_throughput", "tok_s")  # only the earliest versions state it
-    total_in = doc.integer("total_input_tokens", "total_tokens", required=True)
-    assert total_in is not None
+    total_in = doc.need_int("total_input_tokens", "total_tokens")
     burstiness = doc.num("burstiness", "burstiness")
     rate = doc.rate("request_rate")
     ramp = doc.text("ramp_up_strategy")
@@ -88,9 +85,9 @@ def read(doc: Doc, sha256: str) -> list[BenchRun]:
             duration_s=duration,
             completed=completed,
             failed=doc.integer("failed", "count"),
-            request_throughput=doc.num("request_throughput", "req_s", required=True),  # type: ignore[arg-type]
+            request_throughput=doc.need_num("request_throughput", "req_s"),
             input_throughput=in_tput if in_tput is not None else total_in / duration,
-            output_throughput=doc.num("output_throughput", "tok_s", required=True),  # type: ignore[arg-type]
+            output_throughput=doc.need_num("output_throughput", "tok_s"),
             ttft=flat.latency(doc, "ttft", "latency_ms"),
             tpot=flat.latency(doc, "tpot", "step_ms"),
             itl=flat.latency(doc, "itl", "step_ms"),
