@@ -470,6 +470,16 @@ def test_vllm_script_converts_date_and_derives_input_throughput(tmp_path: Path) 
     assert r.config.model == "meta-llama/Llama-3.1-8B-Instruct" and r.config.metadata == {"tp": "8"}
 
 
+def test_vllm_2024_spelling_of_request_throughput_and_its_input_throughput(tmp_path: Path) -> None:
+    doc = vllm_script()
+    for k in ("burstiness", "request_goodput:", "total_token_throughput", "tp"):
+        del doc[k]
+    doc["request_inthroughput"] = doc.pop("request_throughput")
+    doc["input_throughput"] = 10000.0
+    (r,) = bench_files.read(_write(tmp_path, "old.json", doc))
+    assert r.request_throughput == 20.0 and r.input_throughput == 10000.0 and r.load.arrival is None
+
+
 def test_vllm_cli_reads_percentiles_burstiness_and_acceptance(tmp_path: Path) -> None:
     (r,) = bench_files.read(_fixture(tmp_path, "vllm_cli"))
     assert r.variant == "vllm bench serve" and r.failed == 2 and r.completed == 498
@@ -558,6 +568,7 @@ def test_a_folder_and_a_fifo_are_refused_before_opening(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)  # opening a FIFO without a writer would block for ever
     assert "not a regular file (a FIFO)" in _error(fifo)
+    assert "cannot read benchmark file (No such file or directory)" in _error(tmp_path / "missing.json")
 
 
 def test_a_file_over_the_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
@@ -578,6 +589,7 @@ def test_a_file_over_the_cap_is_refused_before_it_is_read(tmp_path: Path) -> Non
         ('{"a": ' * 5000 + "1" + "}" * 5000, "nested too deeply"),
         ('{"completed": 1, "completed": 2, "duration": 3}', "duplicate key 'completed'"),
         ('{"hello": "world"}', "not a result file of sglang, vllm, genai-perf, aiperf, guidellm"),
+        ("\ufeff" + json.dumps({"hello": "world"}), "not a result file of"),  # a BOM is not the error
     ],
 )
 def test_not_a_result_file(tmp_path: Path, content: str | bytes, expected: str) -> None:

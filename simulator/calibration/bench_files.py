@@ -98,7 +98,7 @@ def read(path: str | Path, tool: Tool | None = None) -> list[BenchRun]:
         raise InputError(f"{name}: cannot read benchmark file ({e.strerror})") from None
     if len(raw) > MAX_BYTES:  # grew since the stat
         raise InputError(f"{name}: larger than {MAX_BYTES >> 20} MiB, the limit for a benchmark file")
-    text = decode(raw, name, "benchmark file")
+    text = decode(raw, name, "benchmark file").removeprefix("\ufeff")  # a byte-order mark (Windows editors)
     if not text.strip():
         raise InputError(f"{name}: empty benchmark file")
     sha256 = hashlib.sha256(raw).hexdigest()

@@ -15,6 +15,8 @@ Sources followed (github.com/vllm-project/vllm):
   `max_concurrent_requests`, `rtfx`, ramp-up keys (`ramp_up_strategy`, start/end RPS) and, with speculative
   decoding, `spec_decode_acceptance_length` (1 + accepted / drafts). No input throughput: it is derived as
   `total_input_tokens / duration`, as the tool's own totals are.
+* 2024 copies of benchmark_serving.py (before `burstiness`) state `input_throughput` and spell the request
+  throughput `request_inthroughput` (sic): both are read.
 
 Meaning and units: `duration` seconds; `*_ms` milliseconds; `request_throughput` completed requests per
 second, `output_throughput` generated tokens per second; `request_rate` requests per second; `burstiness` the
@@ -48,6 +50,7 @@ _KNOWN = {
     "burstiness", "max_concurrency", "ramp_up_strategy", "duration", "completed", "failed", "total_input_tokens",
     "total_output_tokens", "request_throughput", "request_goodput", "request_goodput:", "output_throughput",
     "total_token_throughput", "input_throughput", "max_output_tokens_per_s", "max_concurrent_requests",
+    "request_inthroughput",
 }  # fmt: skip
 
 
@@ -85,7 +88,7 @@ def read(doc: Doc, sha256: str) -> list[BenchRun]:
             duration_s=duration,
             completed=completed,
             failed=doc.integer("failed", "count"),
-            request_throughput=doc.need_num("request_throughput", "req_s"),
+            request_throughput=_request_throughput(doc),
             input_throughput=in_tput if in_tput is not None else total_in / duration,
             output_throughput=doc.need_num("output_throughput", "tok_s"),
             ttft=flat.latency(doc, "ttft", "latency_ms"),
@@ -101,6 +104,12 @@ def read(doc: Doc, sha256: str) -> list[BenchRun]:
             ),
         )
     ]
+
+
+def _request_throughput(doc: Doc) -> float:
+    if "request_throughput" not in doc.data and "request_inthroughput" in doc.data:
+        return doc.need_num("request_inthroughput", "req_s")  # the 2024 script's spelling
+    return doc.need_num("request_throughput", "req_s")
 
 
 def _arrival(rate: float | None, burstiness: float | None, ramp: str | None) -> str | None:
