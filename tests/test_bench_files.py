@@ -5,6 +5,7 @@ out as each tool's format read back equal; the stated configuration is checked a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -399,9 +400,18 @@ def test_every_fixture_is_detected_and_reads_the_same_with_its_format_named(tmp_
     auto = bench_files.read(path)
     assert [r.tool for r in auto] == [FIXTURES[key][0]] * len(auto)
     assert bench_files.read(path, FIXTURES[key][0]) == auto
-    import hashlib
-
     assert {r.sha256 for r in auto} == {hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def test_several_files_read_in_order(tmp_path: Path) -> None:
+    paths = [_fixture(tmp_path, "guidellm_v04"), _fixture(tmp_path, "sglang_early"), _fixture(tmp_path, "aiperf")]
+    runs = bench_files.read_all(paths)
+    assert [(r.tool, r.path) for r in runs] == [
+        ("guidellm", str(paths[0])),
+        ("guidellm", str(paths[0])),
+        ("sglang", str(paths[1])),
+        ("aiperf", str(paths[2])),
+    ]
 
 
 # --- parsed values, per format and version ------------------------------------------------------------------
