@@ -10,7 +10,9 @@ case-insensitive, or its words run together, so `deepseek-ai/DeepSeek-V3-0324` i
 `DeepSeek-V3.2` is not); one colocated server or a PD router's prefill/decode pair against
 `deployment.mode`; per pool `tp_size` (`tensor_parallel_size`, `tp`), `dp_size` when DP attention is on,
 `kv_cache_dtype` (`auto` is the model's dtype: not compared), and speculative decoding on or off with its
-draft steps (`speculative_num_steps`, the scenario's `draft_tokens`).
+draft steps (`speculative_num_steps`, the scenario's `draft_tokens`). A PD router's prefill and decode servers
+are held against the prefill and decode pools; one server's arguments (and vLLM's metadata) against the decode
+pool, the only pool a colocated scenario has.
 """
 
 from __future__ import annotations
