@@ -216,6 +216,20 @@ def format_rule(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None) 
     return model.formats.get(fmt, DEFAULT_FORMATS[fmt])
 
 
+def component_format(
+    model: ModelSpec, pool: Pool, component: Component, rule: FormatRule | None = None
+) -> tuple[str, int]:
+    """(format, group size) a component's matrices are stored in on this pool: the pool's format where its rule
+    quantizes the component (`format_rule`), else BF16; the group size only for group-scaled formats. The one rule
+    the op list prices by, the memory counts by, and the replay executor draws its weights in. `rule`: the pool's
+    rule, when the caller holds it already."""
+    rule = format_rule(model, pool.weights, pool.weights_scheme) if rule is None else rule
+    if pool.weights != "bf16" and component in rule.components:
+        grouped = pool.weights in formats.GROUPED
+        return pool.weights, (pool.int4_group_size or rule.group_size or DEFAULT_INT4_GROUP) if grouped else 0
+    return "bf16", 0
+
+
 def scheme_label(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None) -> str:
     """How a pool's weights are quantized, in words: the rule's own description, else what it covers."""
     rule = format_rule(model, fmt, scheme)

@@ -15,9 +15,10 @@ from simulator.config.scenario import Pool
 from simulator.config.specs import HardwareSpec, ModelSpec
 from simulator.errors import InputError
 from simulator.pricing import roofline
-from simulator.pricing.costmodel import CostModel, Usage
+from simulator.pricing.costmodel import CostModel
 from simulator.pricing.ops import Op, expected_experts, profile_shapes, step_lines, step_ops
 from simulator.pricing.profile import Profile
+from simulator.pricing.usage import Usage
 
 H200 = HardwareSpec(**presets.hardware("h200"))
 KIMI = ModelSpec(**presets.model("kimi-k2.6"))

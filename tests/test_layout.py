@@ -58,3 +58,72 @@ def test_simulator_modules_form_no_circle() -> None:
         if m not in state:
             visit(m, [m])
     assert circles == []
+
+
+PRODUCT = ("simulator", "kernels", "app", "phaseplan", "bench")
+
+
+def _private_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines: its private functions and classes, and the attributes it assigns."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name.startswith("_"):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and node.attr.startswith("_"):
+            names.add(node.attr)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Name) and t.id.startswith("_") and t.id != "__slots__":
+                    names.add(t.id)
+                elif isinstance(t, ast.Name) and t.id == "__slots__" and isinstance(node.value, ast.Tuple | ast.List):
+                    names |= {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    return names
+
+
+def test_no_private_attribute_of_another_object_is_touched_outside_its_module() -> None:
+    """`x._name` where x is not self or cls reads another object's private state: allowed only in the module
+    that defines `_name` (a class's own helpers), never across modules. Names the project does not define
+    (a library's, such as torch._scaled_mm) are the library's business."""
+    trees = {f: ast.parse(f.read_text()) for pkg in PRODUCT for f in (ROOT / pkg).rglob("*.py")}
+    own = {f: _private_names(t) for f, t in trees.items()}
+    ours = set().union(*own.values())
+    bad = []
+    for f, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            v = node.value
+            if isinstance(v, ast.Name) and v.id in ("self", "cls"):
+                continue
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "super":
+                continue
+            if node.attr in ours and node.attr not in own[f]:
+                bad.append(f"{f.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert bad == []
+
+
+def test_the_architecture_page_names_every_package_and_nothing_stale() -> None:
+    """docs/architecture.md's "where does X live" table: every package of the product in its first column, every
+    package and module it names present."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## Where does X live", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| `")]
+    named: dict[str, str] = {}  # package path -> the rest of its row
+    for row in rows:
+        first, rest = row.split("|")[1], "|".join(row.split("|")[2:])
+        for path in re.findall(r"`([^`]+)`", first):
+            named[path.rstrip("/")] = rest
+    packages = {
+        str(f.parent.relative_to(ROOT))
+        for pkg in ("simulator", "kernels", "app", "phaseplan")
+        for f in (ROOT / pkg).rglob("__init__.py")
+    } - {"simulator"}
+    packages |= {"bench"}
+    assert sorted(packages - set(named)) == [], "packages the table does not name"
+    for path, rest in named.items():
+        assert (ROOT / path).exists(), f"the table names {path}, which does not exist"
+        if (ROOT / path).is_dir():
+            for module in re.findall(r"`([a-z_]+\.py)`", rest):
+                assert (ROOT / path / module).is_file(), f"{path}/{module} is named but does not exist"

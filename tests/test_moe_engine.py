@@ -98,7 +98,7 @@ def test_power_law_and_expert_imbalance_are_not_both_set() -> None:
 
 
 def _stream_us(cost: CostModel, ops: list) -> float:
-    return sum(cost._price(op)[0] * op.count for op in ops)
+    return sum(cost.price(op)[0] * op.count for op in ops)
 
 
 @pytest.mark.parametrize("profile", ["roofline", "h200-sglang.json"])

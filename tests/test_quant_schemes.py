@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cli_helpers import run_cli
 
-from simulator.capacity import format_rule, weights_bytes_per_gpu
+from simulator.capacity import component_format, format_rule, weights_bytes_per_gpu
 from simulator.config import presets
 from simulator.config.scenario import Pool
 from simulator.config.specs import ModelSpec
@@ -62,3 +62,41 @@ def test_an_unknown_scheme_is_one_line_naming_the_pool(monkeypatch, capsys) -> N
     code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--set", "deployment.decode.weights_scheme=nope")
     assert code == 2 and len(text.strip().splitlines()) == 1
     assert "deployment.decode.weights_scheme" in text and "int4-all-linear" in text
+
+
+def test_the_executor_draws_each_component_in_the_pricings_format() -> None:
+    """The replay's rank model stores every matrix in the (format, group) the op list prices it in: one rule,
+    `capacity.component_format`, for every format the executor runs and every scheme (the preset's own, a
+    named alternative)."""
+    import torch
+
+    from kernels.executor.runner import LayerPlan, RankModel
+    from simulator.config.specs import FormatRule
+
+    tiny = ModelSpec(**presets.model("tiny-mla-moe"))
+    tiny = tiny.model_copy(
+        update={"schemes": {"experts-only": FormatRule(components=["routed_experts"], group_size=64)}}
+    )
+    for weights, scheme in [
+        ("bf16", None),
+        ("fp8", None),
+        ("int4", None),
+        ("int4", "experts-only"),
+        ("fp8", "experts-only"),
+    ]:
+        pool = Pool(tp=1, weights=weights, weights_scheme=scheme)
+        rank = RankModel(tiny, pool, LayerPlan.whole(tiny), torch.device("cpu"), seed=0)
+        attn, dense = rank.layers[0]
+        _, moe = rank.layers[1]
+        drawn = {
+            "attention": attn.w_o,
+            "dense_ffn": dense.up,
+            "routed_experts": moe.up,
+            "shared_experts": moe.shared.up,
+            "lm_head": rank.lm_head,
+        }
+        for component, w in drawn.items():
+            assert (w.fmt, w.group) == component_format(tiny, pool, component), (weights, scheme, component)
+        ops = step_ops(tiny, pool, 4, 512)
+        priced = {(op.params["weights"], op.params["group"]) for op in ops if op.family == "moe_gemm"}
+        assert priced == {component_format(tiny, pool, "routed_experts")}

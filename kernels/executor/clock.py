@@ -37,8 +37,8 @@ from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.timer import CostTimer, Stepping, Timed
 from simulator.errors import InputError
-from simulator.pricing.costmodel import Usage
 from simulator.pricing.ops import COLLECTIVES
+from simulator.pricing.usage import Usage
 from simulator.serving.scheduler import Plan
 
 GIB = 1024**3

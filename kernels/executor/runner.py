@@ -21,9 +21,9 @@ from kernels.executor.moe import DenseFFN, MoELayer
 from kernels.executor.paged_kv import PagedKV
 from kernels.executor.weights import Weight
 from kernels.timing import clock
-from simulator.capacity import format_rule
+from simulator.capacity import component_format
 from simulator.config.scenario import Pool
-from simulator.config.specs import MLA, Component, ModelSpec
+from simulator.config.specs import MLA, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -49,15 +49,6 @@ class LayerPlan:
         return cls(model.layers - model.moe_layers, model.moe_layers)
 
 
-def weight_format(model: ModelSpec, pool: Pool, component: Component) -> tuple[str, int]:
-    """(format, INT4 group) of a component's matrices in this pool (`ops._Builder.fmt`'s rule)."""
-    rule = format_rule(model, pool.weights)
-    if pool.weights != "bf16" and component in rule.components:
-        group = pool.int4_group_size or rule.group_size or 128
-        return pool.weights, group if pool.weights == "int4" else 0
-    return "bf16", 0
-
-
 class RankModel:
     def __init__(self, model: ModelSpec, pool: Pool, plan: LayerPlan, dev: torch.device, seed: int) -> None:
         self.model, self.pool, self.plan, self.dev = model, pool, plan, dev
@@ -66,7 +57,7 @@ class RankModel:
         tp, h, a = pool.tp, model.hidden, model.attention
         self.vocab = -(-model.vocab // tp)
         self.embed = torch.randn(self.vocab, h, generator=gen, device=dev).to(self.act)
-        attn_fmt = weight_format(model, pool, "attention")
+        attn_fmt = component_format(model, pool, "attention")
         self.layers: list[tuple[object, object]] = []
         heads = -(-a.heads // tp)
         rope = Rope(rotary_dim(a), dev, self.act)  # one for every layer: a step's cos/sin rows gathered once
@@ -77,7 +68,7 @@ class RankModel:
                 attn = GQAAttention(a, h, heads, -(-a.kv_heads // tp), attn_fmt, rope, gen, dev)
             if i < plan.dense:
                 ffn: object = DenseFFN(
-                    h, -(-model.dense_intermediate // tp), weight_format(model, pool, "dense_ffn"), gen, dev
+                    h, -(-model.dense_intermediate // tp), component_format(model, pool, "dense_ffn"), gen, dev
                 )
             else:
                 assert model.moe is not None
@@ -86,15 +77,15 @@ class RankModel:
                     h,
                     tp,
                     pool.ep,
-                    weight_format(model, pool, "routed_experts"),
-                    weight_format(model, pool, "shared_experts"),
+                    component_format(model, pool, "routed_experts"),
+                    component_format(model, pool, "shared_experts"),
                     gen,
                     dev,
                     self.act,
                 )
             self.layers.append((attn, ffn))
         self.norm = torch.ones(h, device=dev, dtype=self.act)
-        self.lm_head = Weight.random(gen, (self.vocab, h), *weight_format(model, pool, "lm_head"), dev)
+        self.lm_head = Weight.random(gen, (self.vocab, h), *component_format(model, pool, "lm_head"), dev)
         self.dense_factor, self.moe_factor = plan.factors(model)
         self.scaled = plan != LayerPlan.whole(model)
         self._now = clock(dev.type)
@@ -168,7 +159,7 @@ class MTPModule(RankModel):
         super().__init__(layer, pool, LayerPlan.whole(layer), dev, seed)
         gen = torch.Generator(device=dev).manual_seed(seed + 1)
         h = model.hidden
-        self.eh_proj = Weight.random(gen, (-(-h // pool.tp), 2 * h), *weight_format(model, pool, "mtp"), dev)
+        self.eh_proj = Weight.random(gen, (-(-h // pool.tp), 2 * h), *component_format(model, pool, "mtp"), dev)
 
     def _inputs(self, x: torch.Tensor, sw: Stopwatch) -> torch.Tensor:
         r = sw.run

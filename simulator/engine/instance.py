@@ -286,33 +286,24 @@ class Instance:
         """What the run left on this instance (and, under DP attention, on each of its ranks), as plain data."""
         st = self.stats
         logs = [PageLog(r.cache.num_pages, *log.page_changes()) for r, log in zip(self.ranks, self.logs, strict=True)]
-        if self.single:
-            return InstanceRun(
-                st.busy_s,
-                st.steps,
-                st.decode_seq_steps,
-                st.busiest_seq_steps,
-                st.max_batch,
-                logs[0],
-                self.ranks[0].cache.lookup_tokens,
-                self.ranks[0].cache.hit_tokens,
-                self.counters,
-            )
-        whole = PageLog(self.num_pages, np.concatenate([g.t for g in logs]), np.concatenate([g.d for g in logs]))
         ranks = tuple(
             RankRun(g, r.cache.lookup_tokens, r.cache.hit_tokens) for g, r in zip(logs, self.ranks, strict=True)
         )
+        if self.single:
+            whole, ranks = logs[0], ()
+        else:  # the instance's pages: every rank's changes (their order does not matter, `PageLog`)
+            whole = PageLog(self.num_pages, np.concatenate([g.t for g in logs]), np.concatenate([g.d for g in logs]))
         return InstanceRun(
-            st.busy_s,
-            st.steps,
-            st.decode_seq_steps,
-            st.busiest_seq_steps,
-            st.max_batch,
-            whole,
-            sum(r.lookup_tokens for r in ranks),
-            sum(r.hit_tokens for r in ranks),
-            self.counters,
-            ranks,
+            busy_s=st.busy_s,
+            steps=st.steps,
+            decode_seq_steps=st.decode_seq_steps,
+            busiest_seq_steps=st.busiest_seq_steps,
+            max_batch=st.max_batch,
+            log=whole,
+            lookup_tokens=sum(r.cache.lookup_tokens for r in self.ranks),
+            hit_tokens=sum(r.cache.hit_tokens for r in self.ranks),
+            counters=self.counters,
+            ranks=ranks,
         )
 
 

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from simulator.config.scenario import Pool
-from simulator.pricing.costmodel import CostModel, Usage
+from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps, RankStep
+from simulator.pricing.usage import Usage
 from simulator.serving.rank import Rank
 from simulator.serving.scheduler import Plan
 

@@ -33,19 +33,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.pricing.costmodel import (
-    CHUNK_CACHE,
-    VARYING,
-    CostModel,
-    DecodeSteps,
-    Usage,
-    _chunks,
-    _DecodePricing,
-    _Fixed,
-    _Line,
-)
+from simulator.pricing.costmodel import VARYING, CostModel, real_chunks
+from simulator.pricing.decode_pricing import DecodePricing, DecodeSteps
+from simulator.pricing.lines import Line
 from simulator.pricing.ops import Op, Shape, routed_ops, routed_specs, step_lines, step_ops
+from simulator.pricing.reference import Priced
 from simulator.pricing.speculative import speculative_step_ops
+from simulator.pricing.usage import Usage
 
 RankDecode = tuple[int, np.ndarray, np.ndarray]  # a rank's decode run: batch, context and pages each step reads
 # a rank's part of a step with chunks: decode batch, its context and pages, chunks, whether it is a verify step
@@ -73,12 +67,12 @@ class DPSteps:
         self.dp = pool.dp
         self._spec = pool.speculative
         self.overlap = pool.two_batch_overlap
-        self._ranks: dict[int, _DecodePricing] = {}
-        self._shared: dict[int, _Fixed] = {}
-        self._a2a: dict[int, _Fixed] = {}
-        self._routed_line = _Line(lambda xs: cost._price_ops(routed_specs(model, pool, xs, model.moe_layers), xs.size))
-        self._a2a_line = _Line(
-            lambda xs: cost._price_ops(
+        self._ranks: dict[int, DecodePricing] = {}
+        self._shared: dict[int, Priced] = {}
+        self._a2a: dict[int, Priced] = {}
+        self._routed_line = Line(lambda xs: cost.price_ops(routed_specs(model, pool, xs, model.moe_layers), xs.size))
+        self._a2a_line = Line(
+            lambda xs: cost.price_ops(
                 [op for op in routed_specs(model, pool, xs, model.moe_layers) if op.family == "alltoall"], xs.size
             )
         )
@@ -103,7 +97,7 @@ class DPSteps:
         ends = np.add.accumulate(np.concatenate(([clock], us * 1e-6)))[1:].tolist()
         return DPDecodeSteps(own, shared, hidden), ends
 
-    def rank_pricing(self, b: int) -> _DecodePricing:
+    def rank_pricing(self, b: int) -> DecodePricing:
         """A rank's own part of a decode step of its `b` sequences (plain, or a verify step and its drafts)."""
         pricing = self._ranks.get(b)
         if pricing is None:
@@ -114,24 +108,24 @@ class DPSteps:
             else:
                 ops = step_ops(cost.model, cost.pool, dp * b, 1, (), pages, fused_moe=cost.fused_moe)
             own = _minus(ops, self._routed_ops(dp * b))
-            pricing = self._ranks[b] = _DecodePricing(
-                b, cost._fix(own), [cost._varying(op) for op in own if op.family in VARYING]
+            pricing = self._ranks[b] = DecodePricing(
+                b, cost.fix(own), [cost.varying(op) for op in own if op.family in VARYING]
             )
         return pricing
 
-    def shared(self, tokens: int) -> _Fixed:
+    def shared(self, tokens: int) -> Priced:
         """The routed experts of a decode step over every rank's `tokens` sequences."""
         fixed = self._shared.get(tokens)
         if fixed is None:
-            fixed = self._shared[tokens] = self.cost._fix(self._routed_ops(tokens))
+            fixed = self._shared[tokens] = self.cost.fix(self._routed_ops(tokens))
         return fixed
 
-    def alltoall(self, tokens: int) -> _Fixed:
+    def alltoall(self, tokens: int) -> Priced:
         """The dispatch and combine ops of `shared(tokens)` alone (what two-batch overlap hides)."""
         fixed = self._a2a.get(tokens)
         if fixed is None:
             ops = [op for op in self._routed_ops(tokens) if op.family == "alltoall"]
-            fixed = self._a2a[tokens] = self.cost._fix(ops)
+            fixed = self._a2a[tokens] = self.cost.fix(ops)
         return fixed
 
     def _routed_ops(self, tokens: int) -> list[Op]:
@@ -160,7 +154,7 @@ class DPSteps:
         best_us, best = -1.0, None
         tokens = verifying = 0
         for b, ctx, pages, chunks, verify in ranks:
-            todo = _chunks(chunks)
+            todo = real_chunks(chunks)
             if not b and not todo:
                 continue
             mine, routed = Usage(), Usage()
@@ -176,50 +170,37 @@ class DPSteps:
             us = 0.0
             for line, x in step_lines(cost.model, b, todo).items():
                 if x:
-                    us += cost._lines[line].charge(dp * x, mine)
+                    us += cost.line_us(line, dp * x, mine)
             x = b + sum(t for t, _ in todo)
             tokens += x
             us -= self._routed_line.charge(dp * x, routed)
             if b:
-                us += cost._decode_parts(dp * b, dp * ctx, pages, mine)
+                us += cost.decode_parts(dp * b, dp * ctx, pages, mine)
             for key in todo:
-                us += self._chunk_us(key, mine)
+                us += cost.chunk_us(key, mine)
             if us > best_us:
                 best_us, best = us, (mine, routed)
         assert best is not None, "a step with nothing to run"
         mine, routed = best
         usage = cost.usage
         usage.merge(mine)
-        for src, s in routed.seconds.items():
-            usage.seconds[src] -= s
-        usage._ops.subtract(routed.fallback_ops)
+        usage.take_back(routed)
+        usage.uncount(routed.fallback_ops)
         us = best_us + self._routed_line.charge(tokens, usage)
         if verifying and self._draft_ops(verifying):
-            drafts = cost._fix(self._draft_ops(verifying))
+            drafts = cost.fix(self._draft_ops(verifying))
             us += drafts.us
             for src, s in drafts.by_source.items():
-                usage.seconds[src] += s * 1e-6
-            usage._ops.update(drafts.fallbacks)
+                usage.add(src, s * 1e-6)
+            usage.count_all(drafts.fallbacks)
         if self.overlap:
             comm = Usage()
             a2a = self._a2a_line.charge(tokens, comm)
             step = max(us - a2a, a2a)
             if a2a:
-                _uncharge(usage, comm, (us - step) / a2a)  # the hidden share of the all-to-alls
+                usage.take_back(comm, (us - step) / a2a)  # the hidden share of the all-to-alls
             us = step
         return us * 1e-6
-
-    def _chunk_us(self, key: tuple[int, int], usage: Usage) -> float:
-        """A chunk's own ops (`CostModel.step_s`'s pricing of one chunk)."""
-        cost = self.cost
-        if key[1] == 0:
-            return cost._first_chunks.charge(key[0], usage)
-        c = cost._chunks.get(key)
-        if c is None:
-            if len(cost._chunks) >= CHUNK_CACHE:
-                cost._chunks.clear()
-            c = cost._chunks[key] = cost._chunk(*key)
-        return c.charge(usage)
 
 
 class DPDecodeSteps:
@@ -228,7 +209,7 @@ class DPDecodeSteps:
 
     __slots__ = ("own", "shared", "hidden")
 
-    def __init__(self, own: list[DecodeSteps], shared: _Fixed, hidden: tuple[_Fixed, np.ndarray] | None) -> None:
+    def __init__(self, own: list[DecodeSteps], shared: Priced, hidden: tuple[Priced, np.ndarray] | None) -> None:
         self.own, self.shared, self.hidden = own, shared, hidden
 
     def charge(self, m: int, usage: Usage) -> None:
@@ -244,20 +225,14 @@ class DPDecodeSteps:
                     _charge_masked(steps, mask, usage)
         shared = self.shared
         for src, us in shared.by_source.items():
-            usage.seconds[src] += us * m * 1e-6
+            usage.add(src, us * m * 1e-6)
         for fam, k in shared.fallbacks.items():
-            usage._ops[fam] += k * m
+            usage.count(fam, k * m)
         if self.hidden is not None:
             a2a, hidden = self.hidden
             share = float(hidden[:m].sum()) / a2a.us if a2a.us else 0.0  # steps' worth of all-to-all hidden
             for src, us in a2a.by_source.items():
-                usage.seconds[src] -= us * share * 1e-6
-
-
-def _uncharge(usage: Usage, part: Usage, share: float) -> None:
-    """Take `share` of a charged part's seconds back off (the seconds a step hid)."""
-    for src, s in part.seconds.items():
-        usage.seconds[src] -= s * share
+                usage.add(src, -(us * share * 1e-6))
 
 
 def _charge_masked(steps: DecodeSteps, mask: np.ndarray, usage: Usage) -> None:

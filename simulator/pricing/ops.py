@@ -53,8 +53,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from simulator.capacity import format_rule
-from simulator.config.formats import GROUPED, QUANTIZED_ACTIVATIONS
+from simulator.capacity import component_format, format_rule
+from simulator.config.formats import QUANTIZED_ACTIVATIONS
 from simulator.config.scenario import Pool
 from simulator.config.specs import MLA, Component, ModelSpec
 from simulator.pricing.expert_routing import UNIFORM, Routing, busiest_rank, uniform_experts
@@ -158,7 +158,6 @@ class _Builder:
         self.model, self.pool, self.merge, self.fused_moe = model, pool, merge, fused_moe
         self.fuse = pool.fuse_elementwise  # small kernels fused into their neighbours (`quant_bytes`, `_rope_kv_write`)
         self.rule = format_rule(model, pool.weights, pool.weights_scheme)
-        self.group = pool.int4_group_size or self.rule.group_size or 128
         self.tp = pool.tp // pool.dp  # the attention TP group (the instance's tp without DP attention)
         self.counts: dict[tuple[str, Shape], int] = {}
         self.unmerged: list[Spec] = []
@@ -175,9 +174,7 @@ class _Builder:
             self.unmerged.append(Spec(family, shape, count))
 
     def fmt(self, component: Component) -> tuple[str, int]:
-        if self.pool.weights != "bf16" and component in self.rule.components:
-            return self.pool.weights, self.group if self.pool.weights in GROUPED else 0
-        return "bf16", 0
+        return component_format(self.model, self.pool, component, self.rule)
 
     def gemm(
         self, component: Component, m: Any, n: int, k: int, count: int, batch: int = 1, fused_quant: bool = False
