@@ -102,8 +102,11 @@ def test_bad_slo_is_one_line_naming_it(text: str, where: str) -> None:
 
 
 def test_search_space_parsing() -> None:
-    assert spaces.parse(["a.b=1..3", "c=fp8_e4m3,bf16"]) == {"a.b": [1, 2, 3], "c": ["fp8_e4m3", "bf16"]}
-    for bad in ("a.b", "a=3..1", "a=x..2"):
+    assert spaces.parse(["deployment.decode.tp=1..3", "deployment.decode.kv_cache=fp8_e4m3,bf16"]) == {
+        "deployment.decode.tp": [1, 2, 3],
+        "deployment.decode.kv_cache": ["fp8_e4m3", "bf16"],
+    }
+    for bad in ("traffic.rate", "traffic.rate=3..1", "traffic.rate=x..2", "a.b=1..3"):
         with pytest.raises(InputError, match="--search"):
             spaces.parse([bad])
 
