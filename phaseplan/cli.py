@@ -109,14 +109,15 @@ def _progress(total: float) -> tuple[Progress | None, Any]:
     return prog, tick
 
 
-def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> dict[str, Any]:
+def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> tuple[dict[str, Any], Any]:
+    """The Result and the simulation it came from (its per-request records)."""
     from simulator.results.result import simulate
 
     prog, tick = _progress(expected)
     if prog is None:
-        return simulate(sc, base_dir)[0]
+        return simulate(sc, base_dir)
     with prog:
-        return simulate(sc, base_dir, on_progress=tick)[0]
+        return simulate(sc, base_dir, on_progress=tick)
 
 
 def _preflight(sc: Any, base_dir: Path, limits: Any, allow_mismatch: bool, where: str = "") -> Any:
@@ -134,6 +135,14 @@ def _warn_if_empty(sc: Any, result: dict[str, Any], label: str = "") -> None:
         from simulator.budget import why_nothing_arrived
 
         click.echo(f"warning: {one_line(label + 'no request arrived: ' + why_nothing_arrived(sc))}", err=True)
+
+
+def _warn_if_overloaded(sc: Any, result: dict[str, Any], sim: Any, base_dir: Path) -> None:
+    """A run whose offered load a pool cannot serve still ends; say so, naming the pool and its bound."""
+    from simulator.planning.overload import warnings
+
+    for line in warnings(sc, result, list(sim.records.values()), base_dir):
+        click.echo(f"warning: {one_line(line)}", err=True)
 
 
 @cli.command()
@@ -179,8 +188,9 @@ def run(
         check_sweep_total([est] * repeats, limits, what=f"--repeats {repeats}")
         planner.run_repeats(sc, scenario, repeats, slo, jobs, backend_kind, as_json, out, console, dump)
         return
-    result = _simulate(sc, scenario.parent, est.requests)
+    result, sim = _simulate(sc, scenario.parent, est.requests)
     _warn_if_empty(sc, result)
+    _warn_if_overloaded(sc, result, sim, scenario.parent)
     if out is not None:
         write_files({out / "result.json": dump(result) + "\n"})
     if as_json:

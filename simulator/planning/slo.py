@@ -25,6 +25,7 @@ FIELDS = {"ttft_ms": "ttft_p95_ms", "tpot_ms": "tpot_p95_ms", "attainment": "att
 def _stderr_warning(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
+
 # What a rejected candidate failed on, in the order a verdict checks them.
 DOES_NOT_FIT = "does not fit"
 CANNOT_SUSTAIN = "cannot sustain the rate"
