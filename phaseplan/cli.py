@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,20 @@ from simulator.config import loader
 from simulator.errors import InputError
 from simulator.results import report
 
-# Reports are tables wider than 80 columns; when piped, do not squeeze them to a terminal that is not there.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+PIPED_WIDTH = 80  # a report piped without COLUMNS: what a file, a pager or an email shows
+WIDTHS = (20, 1000)  # COLUMNS outside these is read as the nearest (a report needs a few columns; none needs more)
+
+
+def report_width() -> int | None:
+    """The width reports follow: COLUMNS when set, else the terminal's own (None: Rich asks it, and follows a
+    resize), else PIPED_WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit():
+        return min(max(int(cols), WIDTHS[0]), WIDTHS[1])
+    return None if sys.stdout.isatty() else PIPED_WIDTH
+
+
+console = Console(highlight=False, width=report_width())
 
 set_option = click.option(
     "--set",
@@ -145,10 +158,35 @@ def _warn_if_overloaded(sc: Any, result: dict[str, Any], sim: Any, base_dir: Pat
         click.echo(f"warning: {one_line(line)}", err=True)
 
 
+def _run_names() -> list[str]:
+    """The files of `run --out`: the Result, one row per request, and the latency and queue charts."""
+    from simulator.results.charts import RUN_CHARTS
+
+    return ["result.json", "requests.csv", *RUN_CHARTS]
+
+
+def _run_files(out: Path, result: dict[str, Any], records: list[Any]) -> dict[Path, str | bytes]:
+    from simulator.results import requests
+    from simulator.results.charts import run_charts
+
+    charts = run_charts(
+        result,
+        requests.ttft_ms(records),
+        requests.tpot_ms(records),
+        requests.waiting(records, result["metrics"]["duration_s"]),
+    )
+    contents = [dump(result) + "\n", requests.to_csv(records), *charts]
+    return {out / n: c for n, c in zip(_run_names(), contents, strict=True)}
+
+
 @cli.command()
 @scenario_arg
 @json_option
-@click.option("--out", type=click.Path(path_type=Path), help="Also write result.json here.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Also write result.json, requests.csv (one row per request) and PNG charts here.",
+)
 @click.option(
     "--repeats",
     type=click.IntRange(1, 10_000),
@@ -179,7 +217,7 @@ def run(
 
     sc, _ = loader.load(scenario, sets)
     if out is not None:
-        check_target(out, ["repeats.json" if repeats > 1 else "result.json"])
+        check_target(out, ["repeats.json"] if repeats > 1 else _run_names())
     limits = planner.work_limits(no_limits, max_requests)
     est = _preflight(sc, scenario.parent, limits, allow_profile_mismatch)
     if repeats > 1:
@@ -191,8 +229,8 @@ def run(
     result, sim = _simulate(sc, scenario.parent, est.requests)
     _warn_if_empty(sc, result)
     _warn_if_overloaded(sc, result, sim, scenario.parent)
-    if out is not None:
-        write_files({out / "result.json": dump(result) + "\n"})
+    if out is not None:  # the Result, its requests and charts: all or nothing
+        write_files(_run_files(out, result, list(sim.records.values())))
     if as_json:
         click.echo(dump(result))
     else:
@@ -207,7 +245,7 @@ def run(
     type=click.Path(path_type=Path),
     default=Path("out"),
     show_default=True,
-    help="Folder for the sweep CSV (and results.json).",
+    help="Folder for the sweep CSV, its JSON and one PNG chart per headline metric.",
 )
 @planner.jobs_option
 @planner.backend_option
@@ -232,12 +270,16 @@ def sweep(
     from simulator.config.sweep import points, scenario_at, to_csv
     from simulator.planning.pareto import paths as pareto_paths
     from simulator.planning.sweeps import run_sweep
+    from simulator.results.charts import sweep_chart_names, sweep_charts
 
     sc, raw = loader.load(scenario, sets)
     csv_path = out / f"{scenario.stem}-sweep.csv"
     json_path = out / f"{scenario.stem}-sweep.json"
     stem = out / f"{scenario.stem}-sweep"
-    check_target(out, [csv_path.name, json_path.name, *([p.name for p in pareto_paths(stem)] if pareto else [])])
+    charts = sweep_chart_names(stem.name) if sc.sweep else []
+    check_target(
+        out, [csv_path.name, json_path.name, *charts, *([p.name for p in pareto_paths(stem)] if pareto else [])]
+    )
     limits = planner.work_limits(no_limits, max_requests)
     check_points(sc, limits)
     pts = points(sc)
@@ -255,11 +297,13 @@ def sweep(
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
     files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}
-    if pareto:
-        files |= planner.pareto_files(sc.name, results, stem)
-    write_files(files)  # the sweep's CSV and JSON and the frontier's CSV and chart: all or nothing
-    if len(files) > 2:
-        console.print(f"pareto: {', '.join(str(p) for p in list(files)[2:])}")
+    if charts:
+        pngs = sweep_charts(sc.name, list(sc.sweep), results)
+        files |= {out / n: png for n, png in zip(charts, pngs, strict=True)}
+    frontier: dict[Path, str | bytes] = planner.pareto_files(sc.name, results, stem) if pareto else {}
+    write_files(files | frontier)  # the sweep's CSV, JSON and charts and the frontier's CSV and chart: all or nothing
+    if frontier:
+        console.print(f"pareto: {', '.join(str(p) for p in frontier)}")
     if as_json:
         click.echo(dump(results, compact=True))
     else:
@@ -463,6 +507,7 @@ def app_page(port: int, address: str) -> None:
 
 
 def main() -> None:
+    console.width = report_width()  # type: ignore[assignment]  # None: the terminal's, as at start-up
     try:
         cli.main(standalone_mode=False)
     except InputError as e:

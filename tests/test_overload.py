@@ -26,6 +26,7 @@ slo: {ttft_ms: 2000, tpot_ms: 50}
 
 
 def test_overloaded_run_warns_naming_the_pool_and_its_bound(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the SLO row on one line
     f = tmp_path / "over.yaml"
     f.write_text(KIMI_1P1D)
     code, out, err = invoke(monkeypatch, capsys, "run", str(f))
@@ -47,6 +48,7 @@ def test_overloaded_colocated_run_warns(monkeypatch, capsys) -> None:
 
 
 def test_a_run_that_keeps_up_does_not_warn(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
     code, out, err = invoke(monkeypatch, capsys, "run", FLEET)
     assert code == 0 and err == "" and "SLO attainment (TTFT ≤ 2,000 ms, TPOT ≤ 50 ms per request)" in out
 

@@ -53,6 +53,8 @@ class Record:
     status: str = "pending"  # completed | rejected | aborted | pending
     cached_tokens: int = 0
     reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
+    prefill_instance: int = -1  # the instance index it was routed to in each pool (-1: none; colocated: decode)
+    decode_instance: int = -1
 
 
 class StepTimer(Protocol):
@@ -332,7 +334,12 @@ class Simulation:
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
-        inst = self._route_decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
+        if colocated:
+            inst = self._route_decode(self.entry, req, req.arrival)
+            rec.decode_instance = inst.index
+        else:
+            inst = self.router.prefill(self.entry, req)
+            rec.prefill_instance = inst.index
         inst.enqueue_new(req)
         inst.notify(req.arrival)
 
@@ -396,6 +403,7 @@ class Simulation:
             self._finished(req, t)
             return
         dst = self._route_decode(self.pools["decode"], req, t)
+        self.records[req.id].decode_instance = dst.index
         dst.queue_transfer(dst.receive_at(pseq, src, t), pseq, src)
         self.try_transfers(dst, t)
 
