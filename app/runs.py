@@ -153,4 +153,3 @@ def run(
     if cache is not None:
         cache.put(out)
     return out
-

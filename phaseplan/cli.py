@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -475,6 +476,85 @@ def bench_sim(
     _preflight(scenario(hours, rate, sets), Path.cwd(), limits, allow_profile_mismatch)
     for line in bench(hours, rate, sets=sets):
         click.echo(line)
+
+
+@cli.command()
+@click.option("--model", default="kimi-k2.6", show_default=True, help="Model preset (phaseplan presets lists them).")
+@click.option("--hardware", default="h200", show_default=True, help="GPU preset.")
+@click.option("--rate", type=click.FloatRange(1e-6, 1e6), help="Open loop: requests per second [default: 2].")
+@click.option("--concurrency", type=click.IntRange(1, 1 << 20), help="Closed loop instead: this many clients.")
+@click.option("--prompt-tokens", type=click.IntRange(1, 100_000_000), default=4096, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(1, 100_000_000), default=512, show_default=True)
+@click.option(
+    "--duration-s", type=click.FloatRange(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
+)
+@click.option("--slo", metavar="ttft_ms=…,tpot_ms=…", help="The SLO's limits [default: ttft_ms=2000,tpot_ms=50].")
+@click.option("--name", help="The scenario's name [default: MODEL-HARDWARE].")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the scenario here (else stdout).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def init(
+    model: str,
+    hardware: str,
+    rate: float | None,
+    concurrency: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    duration_s: float,
+    slo: str | None,
+    name: str | None,
+    out: Path | None,
+    force: bool,
+) -> None:
+    """Write a commented scenario from a few answers, ready to run: a disaggregated deployment sized to the
+    model's memory and the load (every choice explained in the file)."""
+    from simulator.atomic import check_file_target, write_atomic
+    from simulator.config.scenario import SLO as ScenarioSLO
+    from simulator.planning.slo import SLO
+    from simulator.planning.starter import Ask, starter
+
+    if rate is not None and concurrency is not None:
+        raise InputError("--rate and --concurrency: give one (open loop or closed loop)")
+    limits = SLO.parse(slo, ScenarioSLO())
+    if limits.attainment is not None:
+        raise InputError("--slo attainment: a scenario's slo holds ttft_ms and tpot_ms (attainment is plan's)")
+    if out is not None:
+        check_file_target(out)
+        if out.exists() and not force:
+            raise InputError(f"--out {out}: exists; pass --force to replace it")
+    ask = Ask(
+        model,
+        hardware,
+        rate,
+        concurrency,
+        prompt_tokens,
+        output_tokens,
+        limits.ttft_p95_ms,
+        limits.tpot_p95_ms,
+        duration_s,
+        name,
+    )
+    given = {"rate": rate, "concurrency": concurrency, "prompt-tokens": prompt_tokens, "output-tokens": output_tokens}
+    given |= {"duration-s": duration_s, "slo": slo, "name": name}
+    ctx = click.get_current_context()
+    words = [f"--model {model}", f"--hardware {hardware}"] + [
+        f"--{k} {shlex.quote(f'{v:g}' if isinstance(v, float) else str(v))}"
+        for k, v in given.items()
+        if ctx.get_parameter_source(k.replace("-", "_")) == click.core.ParameterSource.COMMANDLINE
+    ]
+    text = starter(ask, one_line(" ".join(["phaseplan init", *words])))
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    write_atomic(out, text)
+    click.echo(f"wrote {out}: phaseplan run {out}", err=True)
+
+
+@cli.command()
+def schema() -> None:
+    """Print the scenario schema as Markdown: every field, its type, default, range and meaning (docs/schema.md)."""
+    from simulator.config.schema_doc import render
+
+    click.echo(render(), nl=False)
 
 
 @cli.command()

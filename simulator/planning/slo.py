@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from simulator.config.scenario import SLO as ScenarioSLO
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
@@ -41,9 +42,11 @@ class SLO:
     attainment: float | None = None  # share of requests that must meet both limits, e.g. 0.99
 
     @classmethod
-    def parse(cls, text: str | None, sc: Scenario, warn: Callable[[str], None] = _stderr_warning) -> SLO:
-        """`ttft_ms=2000,tpot_ms=60[,attainment=0.99]` (p95 limits); a limit left out is the scenario's `slo`."""
-        values: dict[str, float] = {"ttft_p95_ms": sc.slo.ttft_ms, "tpot_p95_ms": sc.slo.tpot_ms}
+    def parse(cls, text: str | None, sc: Scenario | ScenarioSLO, warn: Callable[[str], None] = _stderr_warning) -> SLO:
+        """`ttft_ms=2000,tpot_ms=60[,attainment=0.99]` (p95 limits); a limit left out is the scenario's `slo`
+        (or the `slo` block given)."""
+        base = sc.slo if isinstance(sc, Scenario) else sc
+        values: dict[str, float] = {"ttft_p95_ms": base.ttft_ms, "tpot_p95_ms": base.tpot_ms}
         for item in (text or "").split(","):
             if not item.strip():
                 continue
