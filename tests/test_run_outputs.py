@@ -161,3 +161,10 @@ def test_sweep_writes_one_chart_per_headline_metric(tmp_path: Path, monkeypatch,
     assert pngs == sorted(
         f"s-sweep-{m}.png" for m in ("tok-s-gpu", "ttft-p95-ms", "tpot-p95-ms", "slo-pct", "usd-mtok-out")
     )
+
+
+def test_capacity_table_keeps_its_numbers_whole_at_80(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, _ = invoke(monkeypatch, capsys, "capacity", str(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"))
+    assert code == 0 and max(_widths(out)) <= 80
+    assert "69,180,480" in out and "1,080,928" in out and "…" not in out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 BREAK = re.compile(r"(?<=[,;:])\s+|\s+(?=\()")  # where a phrase ends: after , ; : and before (
@@ -84,3 +84,13 @@ class Folding:
         kwargs.pop("overflow", None)
         for line in fold(obj, self.width, kwargs.get("markup", True) is not False):
             self.console.print(line, overflow="fold", **kwargs)
+
+
+class Folded:
+    """A renderable of text folded by `fold` at whatever width it is printed at (a table's notes, say)."""
+
+    def __init__(self, text: str | Text) -> None:
+        self.text = text
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from fold(self.text, options.max_width)
