@@ -30,7 +30,7 @@ from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
 from simulator.errors import InputError
-from simulator.results.wrap import Folded
+from simulator.folding import Folded
 
 GIB = 1024**3
 BF16_BYTES = 2.0

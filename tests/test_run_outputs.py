@@ -15,8 +15,8 @@ from cli_helpers import invoke
 from rich.cells import cell_len
 from rich.console import Console
 
+from simulator.folding import fold
 from simulator.results.metrics import percentiles
-from simulator.results.wrap import fold
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = str(ROOT / "scenarios" / "fleet-disaggregated.yaml")

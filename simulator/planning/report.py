@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from simulator.folding import Folding
 from simulator.planning.pareto import point
 from simulator.planning.slo import reason_kind
 from simulator.results.report import provenance_line
-from simulator.results.wrap import Folding
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
 
@@ -54,7 +54,7 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
 
 
 def _narrow(console: Console) -> Folding:
-    """The same console, its text lines folded at phrases (`results.wrap`) to its width."""
+    """The same console, its text lines folded at phrases (`simulator.folding`) to its width."""
     return Folding(console)
 
 

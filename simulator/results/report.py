@@ -10,9 +10,9 @@ from rich.table import Table
 
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import paired_deltas
+from simulator.folding import Folding
 from simulator.results.cost import generating, per_mtok
 from simulator.results.sweep_table import sweep_table
-from simulator.results.wrap import Folding
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
 
