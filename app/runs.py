@@ -21,9 +21,9 @@ from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.engine.run import simulate
 from simulator.errors import InputError
+from simulator.results import requests
 
 MAX_REQUESTS = 3000  # an interactive what-if answers in seconds; `phaseplan run` runs the whole study
-SERIES_POINTS = 120
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,6 @@ def run(
     tick = (lambda done: on_progress(done, total)) if on_progress is not None else None
     result, ran = simulate(sc, study.base_dir, on_progress=tick)
     recs = ran.requests
-    done = [r for r in recs if r.status == "completed"]
     out = Run(
         key=key,
         study=study.label,
@@ -147,23 +146,10 @@ def run(
         capped="traffic.requests" in sets
         and "traffic.requests" not in overrides
         and result["metrics"]["requests"] >= sets["traffic.requests"],
-        ttft_ms=np.array([(r.first_token - r.arrival) * 1e3 for r in done]),
-        tpot_ms=np.array([(r.finish - r.first_token) * 1e3 / (r.output - 1) for r in done if r.output > 1]),
-        waiting=_waiting(recs, result["metrics"]["duration_s"]),
+        ttft_ms=requests.ttft_ms(recs),
+        tpot_ms=requests.tpot_ms(recs),
+        waiting=requests.waiting(recs, result["metrics"]["duration_s"]),
     )
     if cache is not None:
         cache.put(out)
     return out
-
-
-def _waiting(recs: list[Any], span: float) -> np.ndarray:
-    """Requests that have arrived but not yet had their first token (queued or in prefill), over time."""
-    served = [r for r in recs if r.status != "rejected"]
-    if not served:
-        return np.zeros((0, 2))
-    end = min(r.arrival for r in recs) + span  # as the Result measures its span
-    arrivals = np.sort([r.arrival for r in served])
-    firsts = np.sort([r.first_token for r in served if not np.isnan(r.first_token)])
-    grid = np.linspace(0.0, end, SERIES_POINTS + 1)  # the occupancy series' grid
-    count = np.searchsorted(arrivals, grid, side="right") - np.searchsorted(firsts, grid, side="right")
-    return np.column_stack([grid, count])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,9 +20,22 @@ from phaseplan.calibration import profile_fit, profile_import
 from simulator.config import loader
 from simulator.errors import InputError
 from simulator.results import report
+from simulator.results.record import RunRecord
 
-# Reports are tables wider than 80 columns; when piped, do not squeeze them to a terminal that is not there.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+PIPED_WIDTH = 80  # a report piped without COLUMNS: what a file, a pager or an email shows
+WIDTHS = (20, 1000)  # COLUMNS outside these is read as the nearest (a report needs a few columns; none needs more)
+
+
+def report_width() -> int | None:
+    """The width reports follow: COLUMNS when set, else the terminal's own (None: Rich asks it, and follows a
+    resize), else PIPED_WIDTH."""
+    cols = os.environ.get("COLUMNS", "").strip()
+    if cols.isdigit():
+        return min(max(int(cols), WIDTHS[0]), WIDTHS[1])
+    return None if sys.stdout.isatty() else PIPED_WIDTH
+
+
+console = Console(highlight=False, width=report_width())
 
 set_option = click.option(
     "--set",
@@ -109,14 +124,15 @@ def _progress(total: float) -> tuple[Progress | None, Any]:
     return prog, tick
 
 
-def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> dict[str, Any]:
+def _simulate(sc: Any, base_dir: Path, expected: float = math.inf) -> tuple[dict[str, Any], RunRecord]:
+    """The Result and the run's record (its per-request records)."""
     from simulator.engine.run import simulate
 
     prog, tick = _progress(expected)
     if prog is None:
-        return simulate(sc, base_dir)[0]
+        return simulate(sc, base_dir)
     with prog:
-        return simulate(sc, base_dir, on_progress=tick)[0]
+        return simulate(sc, base_dir, on_progress=tick)
 
 
 def _preflight(sc: Any, base_dir: Path, limits: Any, allow_mismatch: bool, where: str = "") -> Any:
@@ -136,10 +152,43 @@ def _warn_if_empty(sc: Any, result: dict[str, Any], label: str = "") -> None:
         click.echo(f"warning: {one_line(label + 'no request arrived: ' + why_nothing_arrived(sc))}", err=True)
 
 
+def _warn_if_overloaded(sc: Any, result: dict[str, Any], ran: RunRecord, base_dir: Path) -> None:
+    """A run whose offered load a pool cannot serve still ends; say so, naming the pool and its bound."""
+    from simulator.planning.overload import warnings
+
+    for line in warnings(sc, result, ran.requests, base_dir):
+        click.echo(f"warning: {one_line(line)}", err=True)
+
+
+def _run_names() -> list[str]:
+    """The files of `run --out`: the Result, one row per request, and the latency and queue charts."""
+    from simulator.results.charts import RUN_CHARTS
+
+    return ["result.json", "requests.csv", *RUN_CHARTS]
+
+
+def _run_files(out: Path, result: dict[str, Any], records: list[Any]) -> dict[Path, str | bytes]:
+    from simulator.results import requests
+    from simulator.results.charts import run_charts
+
+    charts = run_charts(
+        result,
+        requests.ttft_ms(records),
+        requests.tpot_ms(records),
+        requests.waiting(records, result["metrics"]["duration_s"]),
+    )
+    contents = [dump(result) + "\n", requests.to_csv(records), *charts]
+    return {out / n: c for n, c in zip(_run_names(), contents, strict=True)}
+
+
 @cli.command()
 @scenario_arg
 @json_option
-@click.option("--out", type=click.Path(path_type=Path), help="Also write result.json here.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Also write result.json, requests.csv (one row per request) and PNG charts here.",
+)
 @click.option(
     "--repeats",
     type=click.IntRange(1, 10_000),
@@ -170,7 +219,7 @@ def run(
 
     sc, _ = loader.load(scenario, sets)
     if out is not None:
-        check_target(out, ["repeats.json" if repeats > 1 else "result.json"])
+        check_target(out, ["repeats.json"] if repeats > 1 else _run_names())
     limits = planner.work_limits(no_limits, max_requests)
     est = _preflight(sc, scenario.parent, limits, allow_profile_mismatch)
     if repeats > 1:
@@ -179,10 +228,11 @@ def run(
         check_sweep_total([est] * repeats, limits, what=f"--repeats {repeats}")
         planner.run_repeats(sc, scenario, repeats, slo, jobs, backend_kind, as_json, out, console, dump)
         return
-    result = _simulate(sc, scenario.parent, est.requests)
+    result, ran = _simulate(sc, scenario.parent, est.requests)
     _warn_if_empty(sc, result)
-    if out is not None:
-        write_files({out / "result.json": dump(result) + "\n"})
+    _warn_if_overloaded(sc, result, ran, scenario.parent)
+    if out is not None:  # the Result, its requests and charts: all or nothing
+        write_files(_run_files(out, result, ran.requests))
     if as_json:
         click.echo(dump(result))
     else:
@@ -197,7 +247,7 @@ def run(
     type=click.Path(path_type=Path),
     default=Path("out"),
     show_default=True,
-    help="Folder for the sweep CSV (and results.json).",
+    help="Folder for the sweep CSV, its JSON and one PNG chart per headline metric.",
 )
 @planner.jobs_option
 @planner.backend_option
@@ -222,12 +272,16 @@ def sweep(
     from simulator.config.sweep import points, scenario_at, to_csv
     from simulator.planning.pareto import paths as pareto_paths
     from simulator.planning.sweeps import run_sweep
+    from simulator.results.charts import sweep_chart_names, sweep_charts
 
     sc, raw = loader.load(scenario, sets)
     csv_path = out / f"{scenario.stem}-sweep.csv"
     json_path = out / f"{scenario.stem}-sweep.json"
     stem = out / f"{scenario.stem}-sweep"
-    check_target(out, [csv_path.name, json_path.name, *([p.name for p in pareto_paths(stem)] if pareto else [])])
+    charts = sweep_chart_names(stem.name) if sc.sweep else []
+    check_target(
+        out, [csv_path.name, json_path.name, *charts, *([p.name for p in pareto_paths(stem)] if pareto else [])]
+    )
     limits = planner.work_limits(no_limits, max_requests)
     check_points(sc, limits)
     pts = points(sc)
@@ -245,11 +299,13 @@ def sweep(
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
     files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}
-    if pareto:
-        files |= planner.pareto_files(sc.name, results, stem)
-    write_files(files)  # the sweep's CSV and JSON and the frontier's CSV and chart: all or nothing
-    if len(files) > 2:
-        console.print(f"pareto: {', '.join(str(p) for p in list(files)[2:])}")
+    if charts:
+        pngs = sweep_charts(sc.name, list(sc.sweep), results)
+        files |= {out / n: png for n, png in zip(charts, pngs, strict=True)}
+    frontier: dict[Path, str | bytes] = planner.pareto_files(sc.name, results, stem) if pareto else {}
+    write_files(files | frontier)  # the sweep's CSV, JSON and charts and the frontier's CSV and chart: all or nothing
+    if frontier:
+        console.print(f"pareto: {', '.join(str(p) for p in frontier)}")
     if as_json:
         click.echo(dump(results, compact=True))
     else:
@@ -424,6 +480,85 @@ def bench_sim(
 
 
 @cli.command()
+@click.option("--model", default="kimi-k2.6", show_default=True, help="Model preset (phaseplan presets lists them).")
+@click.option("--hardware", default="h200", show_default=True, help="GPU preset.")
+@click.option("--rate", type=click.FloatRange(1e-6, 1e6), help="Open loop: requests per second [default: 2].")
+@click.option("--concurrency", type=click.IntRange(1, 1 << 20), help="Closed loop instead: this many clients.")
+@click.option("--prompt-tokens", type=click.IntRange(1, 100_000_000), default=4096, show_default=True)
+@click.option("--output-tokens", type=click.IntRange(1, 100_000_000), default=512, show_default=True)
+@click.option(
+    "--duration-s", type=click.FloatRange(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
+)
+@click.option("--slo", metavar="ttft_ms=…,tpot_ms=…", help="The SLO's limits [default: ttft_ms=2000,tpot_ms=50].")
+@click.option("--name", help="The scenario's name [default: MODEL-HARDWARE].")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the scenario here (else stdout).")
+@click.option("--force", is_flag=True, help="Replace --out if it exists.")
+def init(
+    model: str,
+    hardware: str,
+    rate: float | None,
+    concurrency: int | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    duration_s: float,
+    slo: str | None,
+    name: str | None,
+    out: Path | None,
+    force: bool,
+) -> None:
+    """Write a commented scenario from a few answers, ready to run: a disaggregated deployment sized to the
+    model's memory and the load (every choice explained in the file)."""
+    from simulator.atomic import check_file_target, write_atomic
+    from simulator.config.scenario import SLO as ScenarioSLO
+    from simulator.planning.slo import SLO
+    from simulator.planning.starter import Ask, starter
+
+    if rate is not None and concurrency is not None:
+        raise InputError("--rate and --concurrency: give one (open loop or closed loop)")
+    limits = SLO.parse(slo, ScenarioSLO())
+    if limits.attainment is not None:
+        raise InputError("--slo attainment: a scenario's slo holds ttft_ms and tpot_ms (attainment is plan's)")
+    if out is not None:
+        check_file_target(out)
+        if out.exists() and not force:
+            raise InputError(f"--out {out}: exists; pass --force to replace it")
+    ask = Ask(
+        model,
+        hardware,
+        rate,
+        concurrency,
+        prompt_tokens,
+        output_tokens,
+        limits.ttft_p95_ms,
+        limits.tpot_p95_ms,
+        duration_s,
+        name,
+    )
+    given = {"rate": rate, "concurrency": concurrency, "prompt-tokens": prompt_tokens, "output-tokens": output_tokens}
+    given |= {"duration-s": duration_s, "slo": slo, "name": name}
+    ctx = click.get_current_context()
+    words = [f"--model {model}", f"--hardware {hardware}"] + [
+        f"--{k} {shlex.quote(f'{v:g}' if isinstance(v, float) else str(v))}"
+        for k, v in given.items()
+        if ctx.get_parameter_source(k.replace("-", "_")) == click.core.ParameterSource.COMMANDLINE
+    ]
+    text = starter(ask, one_line(" ".join(["phaseplan init", *words])))
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    write_atomic(out, text)
+    click.echo(f"wrote {out}: phaseplan run {out}", err=True)
+
+
+@cli.command()
+def schema() -> None:
+    """Print the scenario schema as Markdown: every field, its type, default, range and meaning (docs/schema.md)."""
+    from simulator.config.schema_doc import render
+
+    click.echo(render(), nl=False)
+
+
+@cli.command()
 def presets() -> None:
     """List the bundled model and hardware presets."""
     from simulator.config import presets as p
@@ -453,6 +588,7 @@ def app_page(port: int, address: str) -> None:
 
 
 def main() -> None:
+    console.width = report_width()  # type: ignore[assignment]  # None: the terminal's, as at start-up
     try:
         cli.main(standalone_mode=False)
     except InputError as e:

@@ -33,8 +33,8 @@ backend_option = click.option(
 )
 slo_option = click.option(
     "--slo",
-    metavar="ttft_p95_ms=…,tpot_p95_ms=…[,attainment=…]",
-    help="Limits a run must meet (default: the scenario's slo, as p95 limits).",
+    metavar="ttft_ms=…,tpot_ms=…[,attainment=…]",
+    help="Limits the p95 TTFT and TPOT must meet, named as in the scenario's slo (default: the scenario's own).",
 )
 
 

@@ -23,12 +23,14 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from rich.console import Group
 from rich.table import Table
 
 from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
 from simulator.errors import InputError
+from simulator.folding import Folded
 
 GIB = 1024**3
 BF16_BYTES = 2.0
@@ -410,29 +412,37 @@ def _checkpoint_formats(pools: Any) -> list[WeightFormat]:
     return out + sorted({p.weights for p in pools} - set(out))
 
 
-def render_capacity(report: dict[str, Any]) -> Table:
-    """The human view of a capacity report: one row per pool; a pool that does not fit says why below."""
+def render_capacity(report: dict[str, Any]) -> Group:
+    """The human view of a capacity report: one row per pool, then notes; a pool that does not fit says why."""
     p, ck = report["params"], report["checkpoint_gib"]
     notes = [
         f"params {p['total'] / 1e9:.1f}B total, {p['active'] / 1e9:.1f}B active; checkpoint "
         + ", ".join(f"{k} {v:.0f} GiB" for k, v in ck.items())
     ]
-    table = Table(title="KV capacity per instance (weights, KV per GPU)", caption_justify="left")
-    table.add_column("pool")
-    for col in ("inst×TP", "weights GiB", "KV B/token", "KV GiB", "KV tokens", "pages"):
-        table.add_column(col, justify="right")
+    table = Table(title="KV capacity per instance (weights, KV per GPU)")
+    rows = []
     for name, c in report["pools"].items():
         tokens = f"{c['kv_tokens']:,}" if c["fits"] else "[red]0[/red]"
         shape = f"{c['instances']}×{c['gpus'] // c['instances']}"
-        table.add_row(
-            name,
-            shape,
-            f"{c['weights_gib_per_gpu']:.2f}",
-            f"{c['kv_bytes_per_token']:,}",
-            f"{c['kv_budget_gib_per_gpu']:.2f}",
-            tokens,
-            f"{c['pages']:,}",
+        rows.append(
+            [
+                name,
+                shape,
+                f"{c['weights_gib_per_gpu']:.2f}",
+                f"{c['kv_bytes_per_token']:,}",
+                f"{c['kv_budget_gib_per_gpu']:.2f}",
+                tokens,
+                f"{c['pages']:,}",
+            ]
         )
+    # Headers on two lines, so that the numbers set the widths (it fits 80 columns), and a number folds on a
+    # narrower terminal rather than losing its last digits to an ellipsis.
+    table.add_column("pool")
+    for col in ("inst×TP", "weights\nGiB", "KV B/\ntoken", "KV\nGiB", "KV\ntokens", "pages"):
+        table.add_column(col, justify="right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    for name, c in report["pools"].items():
         notes.append(f"{name} weights: {c['weights_scheme']}")
         if not c["fits"]:
             notes.append(f"[red]{name}: {c['reason']}[/red]")
@@ -444,5 +454,4 @@ def render_capacity(report: dict[str, Any]) -> Table:
                 f"({r['redundant_experts']} redundant experts in the instance), {r['weights_gib']:.2f} GiB "
                 f"of weights per GPU, {r['kv_tokens']:,} KV tokens per DP rank"
             )
-    table.caption = "\n".join(notes)
-    return table
+    return Group(table, *(Folded(n) for n in notes))  # the notes fold at the console's width

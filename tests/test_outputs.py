@@ -17,6 +17,8 @@ from simulator.errors import InputError
 SMALL = (
     "name: small\nmodel: llama-3.1-70b\ntraffic: {concurrency: 1, requests: 2, prompt_tokens: 64, output_tokens: 4}\n"
 )
+RUN_FILES = ["result.json", "requests.csv", "latency-cdf.png", "kv-and-queue.png"]
+SWEEP_CHARTS = [f"s-sweep-{m}.png" for m in ("tok-s-gpu", "ttft-p95-ms", "tpot-p95-ms", "slo-pct", "usd-mtok-out")]
 
 
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
@@ -54,7 +56,8 @@ def boom(*args: object, **kwargs: object) -> None:
 @pytest.mark.parametrize("stage", ["budget", "simulation", "first-rename", "last-rename"])
 @pytest.mark.parametrize("verb", ["run", "sweep", "sweep --pareto"])
 def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys, verb, stage, existing) -> None:
-    """A sweep with --pareto writes four files (its CSV and JSON, the frontier's CSV and PNG): all or none."""
+    """A run writes four files (Result, requests, two charts); a sweep seven (CSV, JSON, a chart per metric) and
+    with --pareto two more (the frontier's CSV and PNG): all or none."""
     verb, *flags = verb.split()
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SMALL + ("sweep:\n  seed: [1, 2]\n" if verb == "sweep" else ""))
@@ -62,7 +65,14 @@ def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys
     if existing:
         out.mkdir(parents=True)
         (out / "notes.txt").write_text("mine")
-        for name in ("result.json", "s-sweep.csv", "s-sweep.json", "s-sweep-pareto.csv", "s-sweep-pareto.png"):
+        for name in (
+            *RUN_FILES,
+            "s-sweep.csv",
+            "s-sweep.json",
+            *SWEEP_CHARTS,
+            "s-sweep-pareto.csv",
+            "s-sweep-pareto.png",
+        ):
             (out / name).write_text(f"an earlier {name}")
     before = snapshot(tmp_path)
     args = [verb, str(scenario), "--out", str(out), *flags]
@@ -73,7 +83,7 @@ def test_failing_run_or_sweep_leaves_out_as_it_was(tmp_path, monkeypatch, capsys
             "simulator.engine.run.simulate" if verb == "run" else "simulator.planning.sweeps.run_sweep", boom
         )
     else:
-        files = 1 if verb == "run" else 2 + 2 * len(flags)
+        files = len(RUN_FILES) if verb == "run" else 2 + len(SWEEP_CHARTS) + 2 * len(flags)
         fail_on_rename(monkeypatch, 1 if stage == "first-rename" else files)
     code, err = cli(monkeypatch, capsys, *args)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
@@ -105,7 +115,8 @@ def test_a_sweep_writes_its_pareto_files_with_its_own(tmp_path, monkeypatch, cap
     code, err = cli(monkeypatch, capsys, "sweep", str(scenario), "--out", str(tmp_path / "o"), "--pareto")
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "o").iterdir())
-    assert names == ["s-sweep-pareto.csv", "s-sweep-pareto.png", "s-sweep.csv", "s-sweep.json"]
+    assert names == sorted(["s-sweep-pareto.csv", "s-sweep-pareto.png", "s-sweep.csv", "s-sweep.json", *SWEEP_CHARTS])
+    assert all((tmp_path / "o" / n).read_bytes()[:4] == b"\x89PNG" for n in SWEEP_CHARTS)
     assert (tmp_path / "o" / "s-sweep-pareto.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -125,7 +136,7 @@ def test_a_successful_run_writes_its_result(tmp_path, monkeypatch, capsys) -> No
     code, err = cli(monkeypatch, capsys, "run", str(scenario), "--out", str(tmp_path / "o"))
     assert code == 0, err
     assert json.loads((tmp_path / "o" / "result.json").read_text())["metrics"]["completed"] == 2
-    assert [p.name for p in (tmp_path / "o").iterdir()] == ["result.json"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == sorted(RUN_FILES)
 
 
 def test_earlier_file_kept_without_hard_links(tmp_path, monkeypatch) -> None:

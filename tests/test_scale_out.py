@@ -21,6 +21,7 @@ from simulator.planning.slo import SLO
 from simulator.planning.spread import drawn_profile
 from simulator.planning.sweeps import run_sweep
 from simulator.results.report import print_sweep
+from simulator.results.sweep_table import sweep_table
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = ROOT / "scenarios" / "fleet-disaggregated.yaml"
@@ -67,14 +68,18 @@ def test_ray_backend_is_byte_identical(small_sweep: Path, sequential: list[dict]
     assert json.dumps(_sweep(small_sweep, Backend("ray", 2))) == json.dumps(sequential)
 
 
-def test_sweep_table_fits_80_columns(small_sweep: Path, sequential: list[dict]) -> None:
+@pytest.mark.parametrize("width", [80, 200])
+def test_sweep_table_fits_the_console(small_sweep: Path, sequential: list[dict], width: int) -> None:
     sc, _ = loader.load(small_sweep)
     buf = io.StringIO()
-    print_sweep(Console(file=buf, width=200, highlight=False), sc, sequential, Path("out/x.csv"))
+    print_sweep(Console(file=buf, width=width, highlight=False), sc, sequential, Path("out/x.csv"))
     lines = buf.getvalue().splitlines()
-    assert max(len(line) for line in lines) <= 80
+    assert max(len(line) for line in lines) <= width
     assert "…" not in buf.getvalue() and "%" in buf.getvalue()
     assert sum("does not fit" in line for line in lines) == 2
+    _, left = sweep_table(sc.name, list(sc.sweep), sequential, width)
+    _, left_at_80 = sweep_table(sc.name, list(sc.sweep), sequential, 80)
+    assert len(left) < len(left_at_80) if width > 80 else left == left_at_80  # a wider terminal shows more
 
 
 def test_intervals_narrow_with_repeats_and_repeat_exactly() -> None:

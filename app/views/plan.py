@@ -70,9 +70,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
 def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario, slo: SLO) -> None:
     st.subheader("Max sustainable rate")
     st.code(
-        cli_line(
-            "max-rate", study.label, sets, f"--slo ttft_p95_ms={slo.ttft_p95_ms:g},tpot_p95_ms={slo.tpot_p95_ms:g}"
-        ),
+        cli_line("max-rate", study.label, sets, f"--slo {slo.option()}"),
         language="bash",
     )
     inputs = [study.key, sets, slo.to_json()]
@@ -117,8 +115,7 @@ def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario,
             "plan",
             study.label,
             sets,
-            f"--rate {rate:g} --objective {objective} --slo "
-            f"ttft_p95_ms={slo.ttft_p95_ms:g},tpot_p95_ms={slo.tpot_p95_ms:g}",
+            f"--rate {rate:g} --objective {objective} --slo {slo.option()}",
         ),
         language="bash",
     )

@@ -109,12 +109,12 @@ def _check_value(cls: str, name: str, value: Any, path: tuple[str, ...]) -> None
     elif isinstance(value, int | float) and not isinstance(value, bool):
         lo, hi, what = BOUNDS.get((cls, name), (-DEFAULT_LIMIT, DEFAULT_LIMIT, "any number"))
         if not lo <= value <= hi:
-            raise ValueError(
-                f"{'.'.join(path)}: {_num(value)} is out of range: {what} must lie in [{_num(lo)}, {_num(hi)}]"
-            )
+            span = f"[{format_number(lo)}, {format_number(hi)}]"
+            raise ValueError(f"{'.'.join(path)}: {format_number(value)} is out of range: {what} must lie in {span}")
 
 
-def _num(v: float) -> str:
+def format_number(v: float) -> str:
+    """A bound as the errors and the schema reference print it."""
     if isinstance(v, int) and abs(v) >= 10**16:
         digits = str(abs(v))
         return f"{'-' if v < 0 else ''}{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"

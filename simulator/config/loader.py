@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simulator.config import bounds, consistency, presets, safe_yaml
+from simulator.config import bounds, consistency, paths, presets, safe_yaml
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
@@ -119,6 +119,7 @@ def validate(
         raise InputError(f"{where}: {e}") from None
     try:
         sc = Scenario.model_validate(resolved)
+        _check_sweep_paths(sc, source, lines, overridden)
         bounds.check(sc)
         consistency.check(sc)
         return sc
@@ -130,13 +131,25 @@ def validate(
             path, msg = msg.split(": ", 1)
             loc = tuple(path.split("."))
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = paths.unknown_key_message(loc)
         elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list):
             msg += f" (got {_short(err['input'])})"
         raise InputError(_located(loc, msg, source, lines, overridden)) from None
     except ValueError as e:  # bounds and consistency name their path first
         path, _, msg = str(e).partition(": ")
         raise InputError(_located(tuple(path.split(".")), msg, source, lines, overridden)) from None
+
+
+def _check_sweep_paths(
+    sc: Scenario, source: str, lines: dict[tuple[str, ...], int] | None, overridden: frozenset[str]
+) -> None:
+    """Every path of the sweep block names a field (a typo would run every point into the same error)."""
+    for key in sc.sweep:
+        try:
+            paths.check_path(key, short_names=False)
+        except InputError as e:
+            why = str(e).removeprefix(f"{key}: ")
+            raise InputError(_located(("sweep", key), why, source, lines, overridden)) from None
 
 
 def _located(
@@ -188,5 +201,10 @@ def _overridden(
     data: dict[str, Any], lines: dict[tuple[str, ...], int], name: str, sets: list[str] | tuple[str, ...]
 ) -> tuple[Scenario, dict[str, Any]]:
     overrides = dict(parse_set(s) for s in sets)
+    for path in overrides:  # a typo names the valid keys and the nearest, before anything is set
+        try:
+            paths.check_path(path, short_names=False)
+        except InputError as e:
+            raise InputError(f"--set {e}") from None
     data = apply_overrides(data, overrides)
     return validate(data, name, lines, frozenset(overrides)), data

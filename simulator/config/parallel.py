@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, field_validator, model_validator
 
 from simulator.config import presets
 from simulator.config.specs import FP4_FORMATS, HardwareSpec, ModelSpec
@@ -28,10 +28,16 @@ class Speculative(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: Literal["mtp", "draft"]
-    draft_tokens: PositiveInt = 1
-    acceptance: float | list[float]
-    draft_model: ModelSpec | None = None  # method draft: a model preset name, or an inline architecture
+    method: Literal["mtp", "draft"] = Field(
+        description="mtp: the model's own MTP layers draft; draft: a separate draft model."
+    )
+    draft_tokens: PositiveInt = Field(1, description="Tokens drafted per sequence and step (k).")
+    acceptance: float | list[float] = Field(
+        description="Mean accepted length τ (1 ≤ τ ≤ k+1) or one acceptance probability per draft position."
+    )
+    draft_model: ModelSpec | None = Field(
+        None, description="method draft: a model preset's name, or an inline architecture."
+    )
 
     @field_validator("draft_model", mode="before")
     @classmethod

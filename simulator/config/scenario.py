@@ -36,28 +36,60 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 class Pool(Strict):
     """One pool of identical serving instances; one instance spans `tp` GPUs."""
 
-    instances: PositiveInt = 1
-    tp: PositiveInt = 8
-    ep: PositiveInt = 1
-    weights: WeightFormat = "bf16"
-    int4_group_size: PositiveInt | None = None  # None: the model preset's own group size
-    weights_scheme: str | None = None  # a named alternative rule of the model preset (its `schemes`); None: its own
-    kv_cache: KVFormat = "bf16"
-    kv_layout: Literal["flat", "tiled"] = "flat"
-    page_size: PositiveInt = 64
-    max_running: PositiveInt = 256
-    max_batch_tokens: PositiveInt = 16384
-    chunk_size: PositiveInt = 8192
-    mem_fraction: float = Field(0.85, gt=0, le=1)
-    reserve_gib: NonNegativeFloat = 0.0
-    decode_reserve_tokens: NonNegativeInt = 256  # growth room a request must find free to be admitted
+    instances: PositiveInt = Field(1, description="Identical serving instances in the pool.")
+    tp: PositiveInt = Field(
+        8, description="GPUs of one instance (SGLang's --tp); under DP attention, attention TP × dp ranks."
+    )
+    ep: PositiveInt = Field(
+        1, description="Expert-parallel groups an instance's GPUs form in MoE layers (divides tp; ep = tp is wide EP)."
+    )
+    weights: WeightFormat = Field(
+        "bf16", description="Number format of the quantized weights (which components: the model preset's `formats`)."
+    )
+    int4_group_size: PositiveInt | None = Field(
+        None, description="Weights per INT4 scale; null: the model preset's own group size."
+    )
+    weights_scheme: str | None = Field(
+        None, description="A named alternative rule of the model preset (its `schemes`); null: the format's own."
+    )
+    kv_cache: KVFormat = Field("bf16", description="Number format of the KV cache.")
+    kv_layout: Literal["flat", "tiled"] = Field(
+        "flat", description="KV-cache layout: flat, or tiled (MLA only: the RoPE part kept in BF16)."
+    )
+    page_size: PositiveInt = Field(64, description="Tokens per KV-cache page.")
+    max_running: PositiveInt = Field(
+        256, description="Most requests running on one instance at once (SGLang's --max-running-requests)."
+    )
+    max_batch_tokens: PositiveInt = Field(
+        16384, description="Most tokens one step of an instance computes, prefill chunks and decode tokens together."
+    )
+    chunk_size: PositiveInt = Field(
+        8192, description="Most prompt tokens of one request in one prefill step (chunked prefill)."
+    )
+    mem_fraction: float = Field(
+        0.85, gt=0, le=1, description="Share of HBM for weights plus the KV pool (SGLang's --mem-fraction-static)."
+    )
+    reserve_gib: NonNegativeFloat = Field(
+        0.0, description="GiB per GPU kept out of the KV pool (activations, CUDA graphs: vLLM's non-KV memory)."
+    )
+    decode_reserve_tokens: NonNegativeInt = Field(
+        256, description="Growth room, in tokens, a request must find free to be admitted."
+    )
     # DP attention, wide EP across nodes, speculative decoding (simulator/config/parallel.py; all off by default)
-    nodes: PositiveInt = 1  # nodes one instance spans: tp GPUs over nodes × hardware.gpus_per_node
-    dp: PositiveInt = 1  # attention data-parallel ranks: each holds its own sequences' KV; attention TP = tp / dp
-    redundant_experts: NonNegativeInt = 0  # EPLB-style replicas of hot experts, spread over the EP ranks
-    expert_imbalance: float = Field(1.0, ge=1.0)  # the busiest EP rank's token-expert pairs / the mean
-    speculative: Speculative | None = None
-    two_batch_overlap: bool = False  # DP attention: all-to-alls hidden behind the other micro-batch's compute
+    nodes: PositiveInt = Field(1, description="Nodes one instance spans: tp GPUs over nodes × hardware.gpus_per_node.")
+    dp: PositiveInt = Field(
+        1, description="DP attention ranks: each holds its own sequences' KV; attention TP = tp / dp."
+    )
+    redundant_experts: NonNegativeInt = Field(
+        0, description="EPLB-style replicas of hot experts, spread over the EP ranks."
+    )
+    expert_imbalance: float = Field(
+        1.0, ge=1.0, description="The busiest EP rank's token-expert pairs over the mean (uniform routing)."
+    )
+    speculative: Speculative | None = Field(None, description="Speculative decoding (decode pools only); null: off.")
+    two_batch_overlap: bool = Field(
+        False, description="DP attention: all-to-alls hidden behind the other micro-batch's compute (a bound)."
+    )
 
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:
@@ -70,24 +102,36 @@ class Pool(Strict):
     # Decode-only steps run as CUDA graphs (SGLang, vLLM and TRT-LLM all do by default): a kernel the roofline
     # prices pays this floor instead of the hardware's eager launch floor (measured tables keep their own).
     # 3 µs is AIConfigurator 0.12.0's h200_sxm `mem_empirical_constant_latency` ("observations"); null: eager.
-    decode_graph_floor_us: PositiveFloat | None = 3.0
+    decode_graph_floor_us: PositiveFloat | None = Field(
+        3.0, description="µs a kernel of a decode-only step costs at least (CUDA graphs); null: eager launches."
+    )
     # Reading an FP8 KV cache in decode attention costs this factor on memory time (dequantization); engines
     # differ (docs/calibration.md: SGLang 0.5.14's measured FP8 MLA kernel fits far above TRT-LLM's). None: the
     # hardware roofline's own factor (1.25: one dequantization per tile).
-    fp8_kv_read_factor: PositiveFloat | None = None
+    fp8_kv_read_factor: PositiveFloat | None = Field(
+        None, description="Factor on decode attention's memory time reading an FP8 cache; null: the roofline's own."
+    )
     # MoE engine behaviour (docs/calibration.md §3). Shared experts run on a second CUDA stream beside the
     # routed experts in decode (SGLang's DeepseekV2MoE dual stream up to 1,024 tokens, without DeepEP; TRT-LLM's
     # maybe_execute_in_parallel; AIConfigurator's `generation_moe_overlap`): the layer takes the longer stream.
-    shared_expert_overlap: bool = True
+    shared_expert_overlap: bool = Field(
+        True, description="Shared experts on a second stream beside the routed ones in decode (the longer counts)."
+    )
     # Token-to-expert routing the roofline counts touched experts under (pricing/expert_routing.py): uniform, or
     # the bounded power law AIConfigurator measured its MoE tables at (alpha 1.01 for DeepSeek-family models).
-    moe_routing: Literal["uniform", "power_law"] = "uniform"
-    moe_routing_alpha: PositiveFloat = 1.01
+    moe_routing: Literal["uniform", "power_law"] = Field(
+        "uniform", description="Token-to-expert routing the roofline counts experts under: uniform or a power law."
+    )
+    moe_routing_alpha: PositiveFloat = Field(
+        1.01, description="Exponent of power-law routing (1.01 for DeepSeek-family models)."
+    )
     # Small kernels fused into their neighbours (pricing/ops.py `_Builder.fuse`): FP8 activation quantization
     # written by the norm or activation before the GEMM (vLLM's RMSNorm+quant and SiLU-mul+quant fusion passes,
     # TRT-LLM's fused norm-quant), RoPE and the KV-cache write as one kernel with a BF16 cache (SGLang's fused
     # set_kv_buffer). Off: each runs as its own kernel, as SGLang 0.5.14 runs DeepSeek-V3's block-FP8 path.
-    fuse_elementwise: bool = False
+    fuse_elementwise: bool = Field(
+        False, description="Small kernels fused into neighbours (FP8 activation quantization, RoPE + KV write)."
+    )
 
     @model_validator(mode="after")
     def _one_source_of_expert_imbalance(self) -> Pool:
@@ -107,15 +151,20 @@ class Transfer(Strict):
     """Prefill → decode KV transfer link, per decode instance (RDMA over the scale-out network); a decode instance
     with DP attention has one per DP rank."""
 
-    bandwidth_gbs: PositiveFloat = 50.0
-    latency_ms: NonNegativeFloat = 1.0
+    bandwidth_gbs: PositiveFloat = Field(
+        50.0, description="GB/s of the KV link into one decode instance (into each DP rank under DP attention)."
+    )
+    latency_ms: NonNegativeFloat = Field(1.0, description="ms of latency of one transfer.")
 
 
 class Deployment(Strict):
-    mode: Literal["disaggregated", "colocated"] = "colocated"
-    prefill: Pool | None = None
-    decode: Pool = Field(default_factory=Pool)
-    transfer: Transfer = Field(default_factory=Transfer)
+    mode: Literal["disaggregated", "colocated"] = Field(
+        "colocated",
+        description="colocated: one pool serves prefill and decode; disaggregated: a prefill pool and a decode pool.",
+    )
+    prefill: Pool | None = Field(None, description="The prefill pool (disaggregated mode).")
+    decode: Pool = Field(default_factory=Pool, description="The decode pool (colocated: the only pool).")
+    transfer: Transfer = Field(default_factory=Transfer, description="The KV-transfer link from prefill to decode.")
 
     @model_validator(mode="after")
     def _prefill_pool_for_disaggregated(self) -> Deployment:
@@ -135,30 +184,48 @@ FaultKind = Literal["stale", "foreign", "out_of_range"]
 
 
 class Integrity(Strict):
-    enabled: bool = True
-    fault_rate: float = Field(0.0, ge=0, le=1)  # chance per decode step of a running request
-    fault_kinds: list[FaultKind] = Field(default_factory=lambda: ["stale", "foreign"])
+    enabled: bool = Field(
+        True, description="Check every page's tag before each decode step (the page-integrity check)."
+    )
+    fault_rate: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Chance per decode step of a running request that a fault is planted in one of its pages.",
+    )
+    fault_kinds: list[FaultKind] = Field(
+        default_factory=lambda: ["stale", "foreign"],
+        description="Kinds of fault planted: stale, foreign, out_of_range.",
+    )
 
 
 class PrefixCache(Strict):
-    enabled: bool = True
+    enabled: bool = Field(
+        True, description="Reuse the cached KV of prompt prefixes seen before (a radix prefix cache)."
+    )
 
 
 class Routing(Strict):
-    policy: Literal["round_robin", "least_kv", "session_affinity", "prefix_aware"] = "least_kv"
+    policy: Literal["round_robin", "least_kv", "session_affinity", "prefix_aware"] = Field(
+        "least_kv", description="How a request picks its instance (least_kv: the fewest KV pages held)."
+    )
 
 
 class Length(Strict):
     """A token-length distribution; a bare integer in YAML means `fixed`."""
 
-    dist: Literal["fixed", "uniform", "lognormal", "empirical"] = "fixed"
-    value: PositiveInt | None = None  # fixed
-    low: PositiveInt | None = None  # uniform
-    high: PositiveInt | None = None
-    median: PositiveFloat | None = None  # lognormal
-    sigma: NonNegativeFloat = 0.5
-    file: str | None = None  # empirical: one length per line
-    max: PositiveInt | None = None  # clip
+    dist: Literal["fixed", "uniform", "lognormal", "empirical"] = Field(
+        "fixed", description="Distribution: fixed, uniform, lognormal or empirical (a bare integer means fixed)."
+    )
+    value: PositiveInt | None = Field(None, description="fixed: the length in tokens.")
+    low: PositiveInt | None = Field(None, description="uniform: the shortest length.")
+    high: PositiveInt | None = Field(None, description="uniform: the longest length.")
+    median: PositiveFloat | None = Field(None, description="lognormal: the median length.")
+    sigma: NonNegativeFloat = Field(0.5, description="lognormal: the spread of the length's logarithm.")
+    file: str | None = Field(
+        None, description="empirical: a file of lengths, one a line (relative to the scenario's folder)."
+    )
+    max: PositiveInt | None = Field(None, description="Longer lengths are cut to this; null: no cut.")
 
     @model_validator(mode="before")
     @classmethod
@@ -179,33 +246,65 @@ class Length(Strict):
 class Diurnal(Strict):
     """Piecewise-linear rate multipliers over one period (e.g. 24 points over a day)."""
 
-    period_s: PositiveFloat = 86400.0
-    multipliers: list[NonNegativeFloat] = Field(default_factory=lambda: [0.5, 1.0, 1.5, 1.0], min_length=1)
+    period_s: PositiveFloat = Field(86400.0, description="Seconds of one period.")
+    multipliers: list[NonNegativeFloat] = Field(
+        default_factory=lambda: [0.5, 1.0, 1.5, 1.0],
+        min_length=1,
+        description="Rate multipliers at evenly spaced points of the period, joined linearly.",
+    )
 
 
 class Sessions(Strict):
     """Multi-turn conversations: later turns carry all earlier turns as a reusable prefix."""
 
-    turns: PositiveInt = 1
-    think_time_s: NonNegativeFloat = 5.0
+    turns: PositiveInt = Field(
+        1, description="Turns per conversation; later turns carry the earlier ones as a reusable prefix."
+    )
+    think_time_s: NonNegativeFloat = Field(
+        5.0, description="Seconds between an answer and the conversation's next turn."
+    )
 
 
 class Traffic(Strict):
-    concurrency: PositiveInt | None = None  # closed loop: N clients, next request when the previous ends
-    rate: PositiveFloat | None = None  # open loop, requests per second
-    arrival: Literal["poisson", "bursty", "diurnal"] = "poisson"
-    burst_cv: PositiveFloat = 2.0  # bursty: coefficient of variation of gamma inter-arrival times
-    diurnal: Diurnal = Field(default_factory=Diurnal)
-    trace: str | None = None
-    trace_format: Literal["auto", "phaseplan", "azure", "mooncake"] = "auto"
-    trace_speedup: PositiveFloat = 1.0
-    prompt_tokens: Length = Field(default_factory=lambda: Length(value=2048))
-    output_tokens: Length = Field(default_factory=lambda: Length(value=256))
-    shared_prefix_tokens: NonNegativeInt = 0  # a system prompt every request starts with
-    sessions: Sessions = Field(default_factory=Sessions)
-    duration_s: PositiveFloat | None = None
-    requests: PositiveInt | None = None
-    truncate_to_context: bool = False  # cut prompts longer than the model's context instead of refusing them
+    concurrency: PositiveInt | None = Field(
+        None, description="Closed loop: clients, each sending its next request when its previous one ends."
+    )
+    rate: PositiveFloat | None = Field(
+        None, description="Open loop: requests per second (with sessions: conversations per second)."
+    )
+    arrival: Literal["poisson", "bursty", "diurnal"] = Field(
+        "poisson", description="Open-loop arrivals: poisson, bursty (gamma gaps) or diurnal."
+    )
+    burst_cv: PositiveFloat = Field(
+        2.0, description="bursty: coefficient of variation of the gamma inter-arrival gaps."
+    )
+    diurnal: Diurnal = Field(default_factory=Diurnal, description="diurnal: the rate's multipliers over a period.")
+    trace: str | None = Field(
+        None, description="A trace to replay (phaseplan JSONL, Azure LLM 2023 CSV, Mooncake JSONL)."
+    )
+    trace_format: Literal["auto", "phaseplan", "azure", "mooncake"] = Field(
+        "auto", description="The trace's format; auto: recognised from the file."
+    )
+    trace_speedup: PositiveFloat = Field(1.0, description="Trace replay speed, times real time.")
+    prompt_tokens: Length = Field(
+        default_factory=lambda: Length(value=2048),
+        description="Prompt lengths in tokens (a distribution, or a bare integer).",
+    )
+    output_tokens: Length = Field(
+        default_factory=lambda: Length(value=256),
+        description="Output lengths in tokens (a distribution, or a bare integer).",
+    )
+    shared_prefix_tokens: NonNegativeInt = Field(0, description="Tokens of a system prompt every request starts with.")
+    sessions: Sessions = Field(default_factory=Sessions, description="Multi-turn conversations.")
+    duration_s: PositiveFloat | None = Field(
+        None, description="Seconds of arrivals; the run ends when the last request is served."
+    )
+    requests: PositiveInt | None = Field(
+        None, description="Requests to send (a closed loop without it or duration_s: 4 × concurrency)."
+    )
+    truncate_to_context: bool = Field(
+        False, description="Cut prompts longer than the model's context instead of refusing them."
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Traffic:
@@ -220,28 +319,45 @@ class Traffic(Strict):
 
 
 class SLO(Strict):
-    ttft_ms: PositiveFloat = 2000.0
-    tpot_ms: PositiveFloat = 50.0
+    ttft_ms: PositiveFloat = Field(
+        2000.0, description="TTFT limit, ms: run counts requests within it; plan and max-rate hold the p95 to it."
+    )
+    tpot_ms: PositiveFloat = Field(
+        50.0, description="Time-per-output-token limit, ms (after the first token), used as ttft_ms is."
+    )
 
 
 class Cost(Strict):
-    gpu_hour_usd: PositiveFloat | None = None  # None: the hardware preset's price
+    gpu_hour_usd: PositiveFloat | None = Field(None, description="USD per GPU-hour; null: the hardware preset's price.")
 
 
 class Scenario(Strict):
-    name: str = "scenario"
-    model: ModelSpec  # a preset name in YAML; the loader resolves it to the preset's data first
-    hardware: HardwareSpec
-    profile: str = "roofline"
-    deployment: Deployment = Field(default_factory=Deployment)
-    integrity: Integrity = Field(default_factory=Integrity)
-    prefix_cache: PrefixCache = Field(default_factory=PrefixCache)
-    routing: Routing = Field(default_factory=Routing)
-    traffic: Traffic = Field(default_factory=lambda: Traffic(concurrency=1))
-    slo: SLO = Field(default_factory=SLO)
-    cost: Cost = Field(default_factory=Cost)
-    seed: int = 0
-    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    name: str = Field("scenario", description="The scenario's name, shown in reports.")
+    model: ModelSpec = Field(
+        description="A model preset's name (phaseplan presets), or an inline architecture (ModelSpec below)."
+    )
+    hardware: HardwareSpec = Field(
+        description="A GPU preset's name, or inline figures (HardwareSpec below); a scenario without it runs on h200."
+    )
+    profile: str = Field(
+        "roofline", description="What prices step times: roofline (modeled), or the path of a kernel profile JSON."
+    )
+    deployment: Deployment = Field(
+        default_factory=Deployment, description="The pools, their layout and the KV-transfer link."
+    )
+    integrity: Integrity = Field(default_factory=Integrity, description="The page-integrity check and fault injection.")
+    prefix_cache: PrefixCache = Field(default_factory=PrefixCache, description="Prefix caching.")
+    routing: Routing = Field(default_factory=Routing, description="Request routing.")
+    traffic: Traffic = Field(
+        default_factory=lambda: Traffic(concurrency=1), description="Arrivals and lengths of the requests."
+    )
+    slo: SLO = Field(default_factory=SLO, description="Latency limits.")
+    cost: Cost = Field(default_factory=Cost, description="GPU price.")
+    seed: int = Field(0, description="Random seed: the same scenario and seed give the same result, bit for bit.")
+    sweep: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="`phaseplan sweep`'s grid: dotted paths and their values; every combination is a point.",
+    )
 
     @model_validator(mode="after")
     def _pools_fit_the_model(self) -> Scenario:

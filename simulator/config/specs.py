@@ -36,66 +36,85 @@ class Strict(BaseModel):
 
 
 class MLA(Strict):
-    type: Literal["mla"] = "mla"
-    heads: PositiveInt
-    q_lora_rank: int = Field(ge=0)
-    kv_lora_rank: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    type: Literal["mla"] = Field("mla", description="Multi-head latent attention (DeepSeek-V3, Kimi K2).")
+    heads: PositiveInt = Field(description="Attention heads.")
+    q_lora_rank: int = Field(ge=0, description="Rank of the query's low-rank projection (0: none).")
+    kv_lora_rank: PositiveInt = Field(
+        description="Rank of the compressed KV latent the cache holds per token and layer."
+    )
+    qk_rope_head_dim: PositiveInt = Field(description="Dims per head that carry RoPE (cached beside the latent).")
+    qk_nope_head_dim: PositiveInt = Field(description="Query/key dims per head without RoPE.")
+    v_head_dim: PositiveInt = Field(description="Value dims per head.")
 
 
 class GQA(Strict):
-    type: Literal["gqa"] = "gqa"
-    heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    qkv_bias: bool = False  # GLM-4.x carries biases on q/k/v (its config's attention_bias)
-    partial_rotary_factor: float = Field(1.0, gt=0, le=1)  # share of head_dim RoPE rotates (GLM-4.x: 0.5)
+    type: Literal["gqa"] = Field("gqa", description="Grouped-query attention.")
+    heads: PositiveInt = Field(description="Query heads.")
+    kv_heads: PositiveInt = Field(description="KV heads, each shared by a group of query heads.")
+    head_dim: PositiveInt = Field(description="Dims per head.")
+    qkv_bias: bool = Field(False, description="Biases on q, k and v (GLM-4.x: its config's attention_bias).")
+    partial_rotary_factor: float = Field(1.0, gt=0, le=1, description="Share of head_dim RoPE rotates (GLM-4.x: 0.5).")
 
 
 class Indexer(Strict):
     """DeepSeek Sparse Attention's lightning indexer: its own small attention, its own key cache."""
 
-    heads: PositiveInt
-    head_dim: PositiveInt
-    topk: PositiveInt
-    share_layers: PositiveInt = 1  # GLM-5.2's IndexShare: one indexer per this many layers
-    key_bytes: PositiveInt = 132  # FP8 key + fp32 scale per token per indexed layer
+    heads: PositiveInt = Field(description="Indexer heads.")
+    head_dim: PositiveInt = Field(description="Dims per indexer head.")
+    topk: PositiveInt = Field(description="Tokens the indexer selects for each query's sparse attention.")
+    share_layers: PositiveInt = Field(1, description="One indexer per this many layers (GLM-5.2's IndexShare).")
+    key_bytes: PositiveInt = Field(
+        132, description="Bytes of an indexer key per token and indexed layer (FP8 key + FP32 scale)."
+    )
 
 
 class MoE(Strict):
-    routed_experts: PositiveInt
-    top_k: PositiveInt
-    shared_experts: int = Field(ge=0)
-    intermediate: PositiveInt
+    routed_experts: PositiveInt = Field(description="Routed experts per MoE layer.")
+    top_k: PositiveInt = Field(description="Experts each token is routed to.")
+    shared_experts: int = Field(ge=0, description="Shared experts every token passes through.")
+    intermediate: PositiveInt = Field(description="FFN width of one expert.")
 
 
 class FormatRule(Strict):
     """Which components a weight format quantizes; everything else stays BF16."""
 
-    components: list[Component]
-    group_size: PositiveInt | None = None
-    scheme: str = ""  # what the rule stands for, as `phaseplan capacity` names it (e.g. how a release quantizes)
+    components: list[Component] = Field(description="Components the format quantizes; the rest stay BF16.")
+    group_size: PositiveInt | None = Field(
+        None, description="Weights per scale of a group-wise format; null: the format's default."
+    )
+    scheme: str = Field(
+        "", description="What the rule stands for, as phaseplan capacity names it (e.g. how a release quantizes)."
+    )
 
 
 class ModelSpec(Strict):
-    name: str
-    source: str = ""
-    layers: PositiveInt
-    dense_layers: int = Field(ge=0)
-    hidden: PositiveInt
-    vocab: PositiveInt
-    attention: MLA | GQA = Field(discriminator="type")
-    indexer: Indexer | None = None
-    dense_intermediate: PositiveInt
-    moe: MoE | None = None
-    mtp_layers: int = Field(0, ge=0)
-    tie_embeddings: bool = False
-    context_tokens: PositiveInt | None = None  # longest prompt the model reads (its config's context); None: unknown
-    formats: dict[WeightFormat, FormatRule] = Field(default_factory=dict)
+    name: str = Field(description="The model's name.")
+    source: str = Field("", description="Where the figures come from.")
+    layers: PositiveInt = Field(description="Transformer layers.")
+    dense_layers: int = Field(ge=0, description="Leading layers with a dense FFN instead of experts.")
+    hidden: PositiveInt = Field(description="Hidden size.")
+    vocab: PositiveInt = Field(description="Vocabulary entries.")
+    attention: MLA | GQA = Field(discriminator="type", description="Attention: mla or gqa (its `type`).")
+    indexer: Indexer | None = Field(
+        None, description="A sparse-attention indexer (DeepSeek Sparse Attention); null: dense attention."
+    )
+    dense_intermediate: PositiveInt = Field(description="FFN width of the dense layers.")
+    moe: MoE | None = Field(None, description="Mixture of experts; null: a dense model.")
+    mtp_layers: int = Field(
+        0, ge=0, description="Multi-token-prediction layers (speculative method mtp drafts with them)."
+    )
+    tie_embeddings: bool = Field(False, description="The LM head shares the embedding's weights.")
+    context_tokens: PositiveInt | None = Field(
+        None, description="Longest prompt the model reads (its config's context); null: unknown."
+    )
+    formats: dict[WeightFormat, FormatRule] = Field(
+        default_factory=dict, description="Weight formats the model is served in, and what each quantizes."
+    )
     # Named alternatives to a format's rule, chosen per pool by `weights_scheme` (e.g. "int4-all-linear").
-    schemes: dict[str, FormatRule] = Field(default_factory=dict)
+    schemes: dict[str, FormatRule] = Field(
+        default_factory=dict,
+        description="Named alternatives to a format's rule, chosen per pool by weights_scheme (e.g. int4-all-linear).",
+    )
 
     @property
     def moe_layers(self) -> int:
@@ -105,29 +124,35 @@ class ModelSpec(Strict):
 class RooflineFit(Strict):
     """A hardware's roofline factors fitted to measured tables (names of simulator.pricing.roofline.Factors)."""
 
-    source: str
-    factors: dict[str, float | None]
+    source: str = Field(description="Where the fit comes from.")
+    factors: dict[str, float | None] = Field(
+        description="Roofline factors by name (simulator.pricing.roofline.Factors)."
+    )
 
 
 class HardwareSpec(Strict):
-    name: str
-    source: str = ""
-    hbm_gib: PositiveFloat
-    hbm_gbs: PositiveFloat  # datasheet bandwidth
-    copy_gbs: PositiveFloat  # achievable device-to-device copy bandwidth
-    bf16_tflops: PositiveFloat  # achievable dense BF16 matrix rate
-    fp8_tflops: PositiveFloat
-    nvlink_gbs: PositiveFloat  # per-GPU unidirectional NVLink bandwidth
-    kernel_floor_us: PositiveFloat = 4.0  # launch + tail of one small kernel
-    allreduce_latency_us: PositiveFloat = 8.0
-    gpu_hour_usd: PositiveFloat = 3.5
+    name: str = Field(description="The GPU's name.")
+    source: str = Field("", description="Where the figures come from.")
+    hbm_gib: PositiveFloat = Field(description="GiB of HBM per GPU.")
+    hbm_gbs: PositiveFloat = Field(description="Datasheet HBM bandwidth, GB/s per GPU.")
+    copy_gbs: PositiveFloat = Field(description="Achievable device-to-device copy bandwidth, GB/s per GPU.")
+    bf16_tflops: PositiveFloat = Field(description="Achievable dense BF16 matrix rate, TFLOP/s per GPU.")
+    fp8_tflops: PositiveFloat = Field(description="Achievable dense FP8 matrix rate, TFLOP/s per GPU.")
+    nvlink_gbs: PositiveFloat = Field(description="NVLink bandwidth per GPU, one direction, GB/s.")
+    kernel_floor_us: PositiveFloat = Field(4.0, description="µs of the launch and tail of one small kernel.")
+    allreduce_latency_us: PositiveFloat = Field(8.0, description="µs of latency of one all-reduce.")
+    gpu_hour_usd: PositiveFloat = Field(3.5, description="USD per GPU-hour (the presets' prices are illustrative).")
     # Wide EP and FP4 (simulator/pricing/wide_ep.py, formats.py). A scenario's resolved hardware lists them only
     # where a pool uses them, so Results of deployments without them keep their bytes.
-    fp4_tflops: PositiveFloat | None = None  # achievable dense FP4 matrix rate; None: no FP4 tensor cores
-    gpus_per_node: PositiveInt = 8  # GPUs one NVLink domain (node) holds
-    scaleout_gbs: PositiveFloat = 50.0  # per-GPU scale-out (RDMA) bandwidth, one direction
+    fp4_tflops: PositiveFloat | None = Field(
+        None, description="Achievable dense FP4 matrix rate, TFLOP/s per GPU; null: no FP4 tensor cores."
+    )
+    gpus_per_node: PositiveInt = Field(8, description="GPUs one NVLink domain (node) holds.")
+    scaleout_gbs: PositiveFloat = Field(50.0, description="Scale-out (RDMA) bandwidth per GPU, one direction, GB/s.")
 
     # The fields above that a Result's resolved scenario carries only when a pool uses them.
     FP4_FIELDS: ClassVar[frozenset[str]] = frozenset({"fp4_tflops"})
     SCALE_OUT_FIELDS: ClassVar[frozenset[str]] = frozenset({"gpus_per_node", "scaleout_gbs"})
-    roofline: RooflineFit | None = None  # None: the roofline's documented default factors
+    roofline: RooflineFit | None = Field(
+        None, description="Roofline factors fitted to measured tables; null: the roofline's documented defaults."
+    )

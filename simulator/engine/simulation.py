@@ -147,7 +147,12 @@ class Simulation:
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
-        inst = self._route_decode(self.entry, req, req.arrival) if colocated else self.router.prefill(self.entry, req)
+        if colocated:
+            inst = self._route_decode(self.entry, req, req.arrival)
+            rec.decode_instance = inst.index
+        else:
+            inst = self.router.prefill(self.entry, req)
+            rec.prefill_instance = inst.index
         inst.enqueue_new(req)
         inst.notify(req.arrival)
 
@@ -211,6 +216,7 @@ class Simulation:
             self._finished(req, t)
             return
         dst = self._route_decode(self.pools["decode"], req, t)
+        self.records[req.id].decode_instance = dst.index
         dst.queue_transfer(dst.receive_at(pseq, src, t), pseq, src)
         self.try_transfers(dst, t)
 

@@ -17,6 +17,7 @@ by more than that allowance; what it cannot decide, the simulation does.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +61,22 @@ def offered(sc: Scenario, base_dir: Path | None) -> Offered | None:
     return Offered(issued / window, prompt, max(1.0, prompt - shared), output)
 
 
+@dataclass(frozen=True)
+class PoolBound:
+    """One pool's throughput bound: the most it serves per second against what the load offers, in `unit`."""
+
+    pool: str  # prefill | decode | colocated (one pool serving both phases)
+    instances: int
+    served: float
+    offered: float
+    unit: str
+    per_instance: float  # what one instance serves (colocated: 1, an instance-second per second)
+
+    def instances_needed(self) -> int:
+        """The fewest instances whose bound reaches the offered load."""
+        return max(1, math.ceil(self.offered / self.per_instance - 1e-9))
+
+
 class Bounds:
     """Prunes candidates; step prices are cached per pool, since candidates share pools."""
 
@@ -81,39 +98,26 @@ class Bounds:
         load = self._offered[key]
         if load is None:
             return None
-        colocated = "prefill" not in pools
         decode = pools["decode"]
-        ctx = load.prompt_tokens + load.output_tokens / 2
-        cost = self._cost(sc, decode, base_dir)
-        kv_tokens = pool_capacity(sc.model, sc.hardware, decode).kv_tokens
-        b_max = max(1, min(decode.max_running, int(kv_tokens // ctx)))
-
-        def step(b: int) -> float:
-            return cost.step_s(b, int(b * ctx), b * math.ceil(ctx / decode.page_size), [])
-
-        tps_out = b_max / step(b_max)  # per decode instance
-        want_out = load.requests_per_s * load.output_tokens
-        prefill_pool = decode if colocated else pools["prefill"]
-        tps_in = self._prefill_tps(sc, prefill_pool, load, base_dir)
-        want_in = load.requests_per_s * load.new_tokens
-        if colocated:
-            busy = want_in / tps_in + want_out / tps_out  # instance-seconds of work per second
-            if busy * MARGIN > decode.instances:
+        step, b_max = self._decode_steps(sc, load, base_dir)
+        for b in self.throughput(sc, load, base_dir):
+            if b.offered * MARGIN <= b.served:
+                continue
+            if b.pool == "colocated":
                 return (
-                    f"{CANNOT_SUSTAIN}: the offered load keeps {busy:,.1f} instances busy at best (prefill and "
+                    f"{CANNOT_SUSTAIN}: the offered load keeps {b.offered:,.1f} instances busy at best (prefill and "
                     f"decode at their fastest), {decode.instances} deployed (analytic bound)"
                 )
-        else:
-            if tps_in * prefill_pool.instances < want_in * MARGIN:
+            if b.pool == "prefill":
                 return (
-                    f"{CANNOT_SUSTAIN}: prefill pool computes at most {tps_in * prefill_pool.instances:,.0f} "
-                    f"prompt tok/s < {want_in:,.0f} offered (analytic bound)"
+                    f"{CANNOT_SUSTAIN}: prefill pool computes at most {b.served:,.0f} "
+                    f"prompt tok/s < {b.offered:,.0f} offered (analytic bound)"
                 )
-            if tps_out * decode.instances < want_out * MARGIN:
-                return (
-                    f"{CANNOT_SUSTAIN}: decode pool produces at most {tps_out * decode.instances:,.0f} output "
-                    f"tok/s at its largest batch ({b_max}) < {want_out:,.0f} offered (analytic bound)"
-                )
+            return (
+                f"{CANNOT_SUSTAIN}: decode pool produces at most {b.served:,.0f} output "
+                f"tok/s at its largest batch ({b_max}) < {b.offered:,.0f} offered (analytic bound)"
+            )
+        want_out = load.requests_per_s * load.output_tokens
         floor_ms = step(1) * 1e3
         if floor_ms > self.slo.tpot_p95_ms:
             return f"{MISSES_TPOT}: a decode step at batch 1 takes {floor_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms"
@@ -133,6 +137,38 @@ class Bounds:
             )
         return None
 
+    def throughput(self, sc: Scenario, load: Offered, base_dir: Path | None) -> list[PoolBound]:
+        """What each pool can do at most against what the load asks of it (disaggregated: prompt tokens of the
+        prefill pool, output tokens of the decode pool; colocated: instances kept busy by both phases)."""
+        pools = sc.deployment.pools()
+        decode = pools["decode"]
+        step, b_max = self._decode_steps(sc, load, base_dir)
+        tps_out = b_max / step(b_max)  # per decode instance
+        want_out = load.requests_per_s * load.output_tokens
+        prefill = pools.get("prefill", decode)
+        tps_in = self._prefill_tps(sc, prefill, load, base_dir)
+        want_in = load.requests_per_s * load.new_tokens
+        if "prefill" not in pools:
+            busy = want_in / tps_in + want_out / tps_out  # instance-seconds of work per second
+            return [PoolBound("colocated", decode.instances, decode.instances, busy, "instances busy", 1.0)]
+        return [
+            PoolBound("prefill", prefill.instances, tps_in * prefill.instances, want_in, "prompt tok/s", tps_in),
+            PoolBound("decode", decode.instances, tps_out * decode.instances, want_out, "output tok/s", tps_out),
+        ]
+
+    def _decode_steps(self, sc: Scenario, load: Offered, base_dir: Path | None) -> tuple[Callable[[int], float], int]:
+        """A decode instance's step time by batch (mean-context requests) and the largest batch its KV holds."""
+        decode = sc.deployment.pools()["decode"]
+        ctx = load.prompt_tokens + load.output_tokens / 2
+        cost = self._cost(sc, decode, base_dir)
+        kv_tokens = pool_capacity(sc.model, sc.hardware, decode).kv_tokens
+        b_max = max(1, min(decode.max_running, int(kv_tokens // ctx)))
+
+        def step(b: int) -> float:
+            return cost.step_s(b, int(b * ctx), b * math.ceil(ctx / decode.page_size), [])
+
+        return step, b_max
+
     def _cost(self, sc: Scenario, pool: Pool, base_dir: Path | None) -> CostModel:
         key = f"{sc.model.name}|{sc.hardware.name}|{sc.profile}|{sc.integrity.enabled}|{pool.model_dump_json()}"
         if key not in self._costs:
@@ -141,8 +177,9 @@ class Bounds:
         return self._costs[key]
 
     def _prefill_tps(self, sc: Scenario, pool: Pool, load: Offered, base_dir: Path | None) -> float:
-        """Prompt tokens per second of one instance filling its batch with mean-length prompts."""
-        budget = min(pool.chunk_size, pool.max_batch_tokens)
+        """Prompt tokens per second of one instance filling its batch with mean-length prompts. Under DP attention
+        every rank fills its own share of `max_batch_tokens` at once (the scheduler divides it over the ranks)."""
+        budget = min(pool.chunk_size, pool.max_batch_tokens // pool.dp)
         length = max(1, min(budget, round(load.new_tokens)))
-        k = max(1, budget // length)
+        k = max(1, budget // length) * pool.dp
         return k * length / self._cost(sc, pool, base_dir).step_s(0, 0, 0, [(length, 0)] * k)

@@ -1,4 +1,5 @@
-"""The planner's answers for a person: what was asked, the answer, why the rest was rejected — in 80 columns."""
+"""The planner's answers for a person: what was asked, the answer, why the rest was rejected — folded at phrases
+to the console's width (the terminal's, COLUMNS, or 80 when piped)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from simulator.folding import Folding
 from simulator.planning.pareto import point
 from simulator.planning.slo import reason_kind
-from simulator.results.report import provenance_folded
+from simulator.results.report import provenance_line
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
-WIDTH = 80
 
 
 def _ms(v: float | None) -> str:
@@ -49,12 +50,12 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
     console.print(f"  {len(r['trials'])} trials ({stopped} stopped early)")
-    console.print(provenance_folded(r))
+    console.print(provenance_line(r))
 
 
-def _narrow(console: Console) -> Console:
-    """The same output, folded to 80 columns whatever the terminal (or pipe) is."""
-    return Console(file=console.file, width=min(console.width, WIDTH), highlight=False)
+def _narrow(console: Console) -> Folding:
+    """The same console, its text lines folded at phrases (`simulator.folding`) to its width."""
+    return Folding(console)
 
 
 def print_plan(console: Console, p: dict[str, Any]) -> None:
@@ -90,7 +91,7 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
         shown = sorted(p["rejected"], key=lambda r: (r["pruned"], abs(r["gpus"] - target)))[:SHOWN_REJECTED]
         for r in shown:
             how = "pruned" if r["pruned"] else "simulated"
-            console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
+            console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}")
         if len(p["rejected"]) > len(shown):
             console.print(f"  … {len(p['rejected']) - len(shown)} more in --json")
     console.print(
@@ -98,7 +99,7 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
         f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
         f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)"
     )
-    console.print(provenance_folded(p))
+    console.print(provenance_line(p))
 
 
 LABELS = {
@@ -132,4 +133,4 @@ def print_repeats(console: Console, r: dict[str, Any]) -> None:
         f"SLO ({_slo(r['slo'])}) met in {s['runs']} of {s['of']} runs: probability {s['probability']:.0%} "
         f"(95% CI {s['ci95'][0]:.0%}-{s['ci95'][1]:.0%})"
     )
-    console.print(provenance_folded(r))
+    console.print(provenance_line(r))

@@ -3,7 +3,9 @@
 `--search PATH=V1,V2,…` lists values (each read as YAML: `8`, `fp8_e4m3`, `true`); `--search PATH=LO..HI`
 is every integer from LO to HI. Without `--search` the space is the instance count of each pool (1 to
 twice today's, at least 1..4) and both KV-cache formats of each pool: the questions "how many, and in which
-format". TP, weight formats and batch limits are searched by naming them.
+format". TP, weight formats and batch limits are searched by naming them. A path is checked against the schema
+first (`config.paths`): a typo is one line with the nearest field, and the short names plan prints
+(`prefill.instances`) stand for their whole path.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from simulator.config.paths import check_path
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
@@ -28,6 +31,10 @@ def parse(items: tuple[str, ...] | list[str]) -> dict[str, list[Any]]:
         path = path.strip()
         if not sep or not path or not raw.strip():
             raise InputError(f"--search {item!r}: expected PATH=V1,V2,... or PATH=LO..HI")
+        try:  # before any candidate runs; the short names plan prints are taken whole
+            path = check_path(path)
+        except InputError as e:
+            raise InputError(f"--search {e}") from None
         if ".." in raw:
             lo, _, hi = raw.partition("..")
             try:

@@ -31,6 +31,8 @@ class RequestRecord:
     status: str = "pending"  # completed | rejected | aborted | pending
     cached_tokens: int = 0
     reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
+    prefill_instance: int = -1  # the instance index it was routed to in each pool (-1: none; colocated: decode)
+    decode_instance: int = -1
 
 
 @dataclass(frozen=True)

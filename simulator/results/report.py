@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -11,15 +10,11 @@ from rich.table import Table
 
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import paired_deltas
+from simulator.folding import Folding
 from simulator.results.cost import generating, per_mtok
-from simulator.results.sweep_table import WIDTH, sweep_table
+from simulator.results.sweep_table import sweep_table
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
-
-
-def provenance_folded(result: dict[str, Any], width: int = WIDTH) -> str:
-    """`provenance_line` folded for an 80-column report (a sweep's, the planner's)."""
-    return textwrap.fill(provenance_line(result), width)
 
 
 def provenance_line(result: dict[str, Any]) -> str:
@@ -56,7 +51,8 @@ def _fmt(v: Any) -> str:
 
 def print_run(console: Console, result: dict[str, Any]) -> None:
     m, it = result["metrics"], result["integrity"]
-    console.print(f"[bold]{result['scenario']['name']}[/bold]  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)")
+    text = Folding(console)
+    text.print(f"[bold]{result['scenario']['name']}[/bold]  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)")
     t = Table("metric", "value", show_header=False)
     rows = [
         ("output tokens/s (per GPU)", f"{_fmt(m['output_tokens_per_s'])} ({_fmt(m['output_tokens_per_s_per_gpu'])})"),
@@ -72,7 +68,7 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         ("max running (decode instance)", _fmt(m["max_running"])),
         ("KV occupancy mean / max", f"{m['kv_occupancy']['mean']:.1%} / {m['kv_occupancy']['max']:.1%}"),
         ("prefix hit rate", f"{m['prefix_hit_rate']:.1%}"),
-        ("SLO attainment", "-" if m["slo_attainment"] is None else f"{m['slo_attainment']:.1%}"),
+        (_slo_row(result["scenario"]["slo"]), "-" if m["slo_attainment"] is None else f"{m['slo_attainment']:.1%}"),
         ("cost per M output tokens", "-" if m["cost_per_mtok_usd"] is None else f"${m['cost_per_mtok_usd']:.3f}"),
         *_all_tokens_cost(result),
         (
@@ -98,7 +94,12 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         t.add_row(k, v)
     console.print(t)
     print_anatomy(console, result)
-    console.print(provenance_line(result))
+    text.print(provenance_line(result))
+
+
+def _slo_row(slo: dict[str, Any]) -> str:
+    """The SLO row names its limits: the share of requests within both, each request judged on its own."""
+    return f"SLO attainment (TTFT ≤ {slo['ttft_ms']:,g} ms, TPOT ≤ {slo['tpot_ms']:,g} ms per request)"
 
 
 def _all_tokens_cost(result: dict[str, Any]) -> list[tuple[str, str]]:
@@ -112,6 +113,7 @@ def _all_tokens_cost(result: dict[str, Any]) -> list[tuple[str, str]]:
 
 def print_anatomy(console: Console, result: dict[str, Any]) -> None:
     """One line per representative step: its time and the op families that take most of it."""
+    text = Folding(console)
     for pool, entry in result.get("step_anatomy", {}).items():
         if pool == "summary":
             continue
@@ -122,10 +124,10 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
             fams = ", ".join(f"{k} {v:,.1f}" for k, v in step["by_family"].items())
             if "dp_ranks" in step:
                 fams += f" (one chunk on each of {step['dp_ranks']} DP ranks)"
-            console.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
+            text.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
         spec = entry.get("speculative")
         if spec is not None:  # the decode step above is this pair; its tokens were drawn per sequence and step
-            console.print(
+            text.print(
                 f"{pool} speculative ({spec['method']}, {spec['draft_tokens']} draft token(s)): verify "
                 f"{spec['verify_ms']:,.1f} ms + draft {spec['draft_ms']:,.1f} ms a step, "
                 f"{spec['accepted_per_step']:g} tokens accepted per step (expected "
@@ -134,14 +136,16 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
 
 
 def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:
+    """The sweep's table with as many metrics as the console's width holds; text lines folded at phrases."""
     paths = list(sc.sweep)
-    t, left = sweep_table(sc.name, paths, results)
-    console.print(t, width=WIDTH)
+    t, left = sweep_table(sc.name, paths, results, console.width)
+    console.print(t)
+    text = Folding(console)
     for r in (r for r in results if "error" in r):
         where = " ".join(f"{p.split('.')[-1]}={v}" for p, v in r["point"].items())
-        console.print(f"failed {where}: {r['error']}", overflow="fold", width=WIDTH)
+        text.print(f"failed {where}: {r['error']}")
     if left:
-        console.print(f"in the CSV also: {', '.join(left)}", overflow="fold", width=WIDTH)
+        text.print(f"in the CSV also: {', '.join(left)}")
     for axis in (a for a in DELTA_AXES if a in sc.sweep):
         rows = paired_deltas(results, axis)
         values = list(dict.fromkeys(r["point"][axis] for r in results))
@@ -167,5 +171,5 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
         console.print(t)
     ran = [r for r in results if "provenance" in r]  # a failed point carries its error, not a provenance
     if ran:
-        console.print(provenance_folded(ran[0]))
+        text.print(provenance_line(ran[0]))
     console.print(f"csv: {csv_path}")

@@ -1,4 +1,4 @@
-"""A sweep's table for an 80-column terminal: the swept values, then as many metrics as fit, most telling first.
+"""A sweep's table for the terminal's width: the swept values, then as many metrics as fit, most telling first.
 
 Every column has its unit in the header (% for shares, ms, tok/s, $) and the CSV has them all. A point that
 failed keeps its row, marked, with its reason listed under the table.
@@ -12,7 +12,7 @@ from rich.table import Table
 
 from simulator.config.sweep import COLUMNS, lookup, scaled
 
-WIDTH = 80
+WIDTH = 80  # a piped report's width
 # Metric columns in the order they are given room; the rest are in the CSV.
 PRIORITY = [
     "tok/s/GPU",
@@ -47,7 +47,9 @@ def _width(header: str, cells: list[str]) -> int:
     return max([len(header), *map(len, cells)]) + 3
 
 
-def sweep_table(title: str, paths: list[str], results: list[dict[str, Any]]) -> tuple[Table, list[str]]:
+def sweep_table(
+    title: str, paths: list[str], results: list[dict[str, Any]], width: int = WIDTH
+) -> tuple[Table, list[str]]:
     """The table, and the headers of the metric columns that did not fit (in the CSV)."""
     keys = [p.split(".")[-1] for p in paths]
     point_cells = [[cell(r["point"][p]) for r in results] for p in paths]
@@ -60,7 +62,7 @@ def sweep_table(title: str, paths: list[str], results: list[dict[str, Any]]) -> 
             ("failed" if not chosen else "-") if "error" in r else cell(scaled(lookup(r, path), unit)) for r in results
         ]
         w = _width(h, cells)
-        if used + w <= WIDTH:
+        if used + w <= width:
             chosen.append((h, cells))
             used += w
         else:
