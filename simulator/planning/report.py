@@ -29,22 +29,36 @@ def _slo(s: dict[str, Any]) -> str:
     return text + (f", >= {s['attainment']:.1%} of requests within both" if s.get("attainment") else "")
 
 
+def _percentiles(m: dict[str, Any], key: str) -> str:
+    p = m[key]
+    return f"{_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ms"
+
+
+def _throughput(m: dict[str, Any]) -> str:
+    tput = point("", m)
+    basis = tput["token_basis"]
+    total = m["output_tokens_per_s"] if basis == "output tokens" else m["input_tokens_per_s"] + m["output_tokens_per_s"]
+    return f"{total:,.0f} {basis}/s ({tput['tokens_per_s_per_gpu']:,.1f} per GPU)"
+
+
+def print_answer(console: Console, layout: str, e: dict[str, Any]) -> None:
+    """A deployable answer: the layout in one line, its latency percentiles, throughput, cost, binding limit."""
+    m = e["metrics"]
+    console.print(f"  [bold]{layout}[/bold]")
+    console.print(f"  TTFT p50/p95/p99 {_percentiles(m, 'ttft_ms')}; TPOT p50/p95/p99 {_percentiles(m, 'tpot_ms')}")
+    console.print(f"  {_throughput(m)}, {_usd(e['cost_per_mtok_usd'])} per million {e['cost_basis']}")
+    if e.get("binding"):
+        console.print(f"  binding limit: {e['binding']}")
+
+
 def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     console = _narrow(console)
     m = r["metrics"]
     per_request = "" if r["rate_unit"] == "requests/s" else f" ({r['requests_per_s']:,.2f} requests/s)"
     console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']}{per_request}")
     console.print(f"  within {_slo(r['slo'])}")
-    console.print(
-        f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
-        f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)"
-    )
-    tput = point("", m)
-    console.print(
-        f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
-        f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
-        f"{tput['tokens_per_s_per_gpu']:,.1f} {tput['token_basis']}/s per GPU"
-    )
+    print_answer(console, r["layout"], r)
+    console.print(f"  ({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")
     for rate, reason in r["above"].items():
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
@@ -66,17 +80,14 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     if w is None:
         console.print("[red]no candidate meets the SLO[/red]")
     else:
-        m = w["metrics"]
-        console.print(f"[bold green]winner[/bold green]: {w['label']}")
-        console.print(
-            f"  {w['gpus']} GPUs, {_usd(w['cost_per_mtok_usd'])} per million {w['cost_basis']}, TTFT p95 "
-            f"{_ms(m['ttft_ms']['p95'])} ms, TPOT p95 {_ms(m['tpot_ms']['p95'])} ms"
-        )
+        console.print("[bold green]winner[/bold green]:")
+        print_answer(console, w["layout"], w)
+        console.print(f"  as overrides: {w['label']}", overflow="fold")
     if p["runners_up"]:
         t = Table("runner-up", "GPUs", "$/Mtok", "TTFT p95 ms", "TPOT p95 ms", title=None)
         for e in p["runners_up"]:
             t.add_row(
-                e["label"],
+                e["layout"].rsplit(" = ", 1)[0],
                 str(e["gpus"]),
                 _usd(e["cost_per_mtok_usd"]),
                 _ms(e["metrics"]["ttft_ms"]["p95"]),

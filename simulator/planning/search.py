@@ -21,6 +21,7 @@ from typing import Any
 from simulator.budget import Limits
 from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.deploy.layout import one_line
 from simulator.errors import InputError
 from simulator.planning.backends import Backend
 from simulator.planning.bounds import Bounds
@@ -52,14 +53,16 @@ class Candidate:
         return self.outcome is not None and bool(self.outcome["meets"])
 
 
-def _entry(c: Candidate) -> dict[str, Any]:
+def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
     assert c.outcome is not None and c.scenario is not None
     price = c.scenario.cost.gpu_hour_usd or c.scenario.hardware.gpu_hour_usd
     return {
         "overrides": c.overrides,
         "label": label(c.overrides),
+        "layout": one_line(c.scenario),
         "gpus": c.gpus,
         **per_mtok(c.outcome["metrics"], price),
+        "binding": slo.binding(c.outcome["metrics"]),
         "metrics": c.outcome["metrics"],
     }
 
@@ -72,9 +75,17 @@ def _rejected(c: Candidate) -> dict[str, Any]:
         "reason": c.reason,
         "pruned": c.pruned,
     }
+    if c.scenario is not None:
+        out["layout"] = one_line(c.scenario)
     if c.outcome is not None:
         out["stopped_early"] = c.outcome["stopped_early"]
     return out
+
+
+def mapping(raw: dict[str, Any], fixed: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A candidate's scenario as the raw mapping it is validated from: the study (without its sweep), the shared
+    overrides, the candidate's own. Written out as YAML it is the same scenario (`simulator.deploy.bundle`)."""
+    return loader.apply_overrides({k: v for k, v in raw.items() if k != "sweep"}, {**fixed, **overrides})
 
 
 def _infer(done: list[Candidate], rest: list[Candidate]) -> None:
@@ -110,7 +121,6 @@ def plan(
     """The answer as JSON-ready data (see the module doc); `on_level(todo, total)` before each level's trials."""
     if objective not in OBJECTIVES:
         raise InputError(f"--objective {objective!r}: expected one of {', '.join(OBJECTIVES)}")
-    raw = {k: v for k, v in raw.items() if k != "sweep"}
     base = {**rate_overrides(sc, rate, base_dir), **slo.overrides()}
     bounds = Bounds(slo)
     cands: list[Candidate] = []
@@ -118,7 +128,7 @@ def plan(
         c = Candidate(i, overrides)
         cands.append(c)
         try:
-            c.scenario = loader.validate(loader.apply_overrides(raw, {**base, **overrides}), source)
+            c.scenario = loader.validate(mapping(raw, base, overrides), source)
         except InputError as e:
             c.pruned, c.reason = True, f"invalid: {e}"
             continue
@@ -149,7 +159,7 @@ def plan(
         _infer(todo, [c for lv in levels[n + 1 :] for c in lv])
 
     def rank(c: Candidate) -> tuple:
-        e = _entry(c)
+        e = _entry(c, slo)
         cost = e["cost_per_mtok_usd"] if e["cost_per_mtok_usd"] is not None else float("inf")
         ttft = e["metrics"]["ttft_ms"]["p95"] or 0.0
         return (c.gpus, cost, ttft, c.index) if objective == "gpus" else (cost, c.gpus, ttft, c.index)
@@ -164,9 +174,10 @@ def plan(
             "slo": slo.to_json(),
             "objective": objective,
             "space": space,
+            "fixed": base,  # the overrides every candidate shares: the rate and the SLO (`mapping`)
         },
-        "winner": _entry(winners[0]) if winners else None,
-        "runners_up": [_entry(c) for c in winners[1 : 1 + runners_up]],
+        "winner": _entry(winners[0], slo) if winners else None,
+        "runners_up": [_entry(c, slo) for c in winners[1 : 1 + runners_up]],
         "rejected": [_rejected(c) for c in rejected],
         "candidates": len(cands),
         "pruned": sum(c.pruned for c in cands),
