@@ -231,7 +231,8 @@ def register(
         "search",
         multiple=True,
         metavar="PATH=V1,V2,…|LO..HI",
-        help="A dimension of the search (repeatable); default: instances and KV format of each pool.",
+        help="A dimension of the search (repeatable); default: each pool's instances, parallel layout and KV "
+        "format, the weight format, colocated and disaggregated.",
     )
     @click.option("--runners-up", type=click.IntRange(0, 50), default=3, show_default=True)
     @click.option(
@@ -278,8 +279,8 @@ def register(
 
             check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
         check_out(out, scenario, "plan")
-        dims = spaces.parse(search) if search else spaces.default(sc)
-        total = len(spaces.candidates(dims))
+        dims = spaces.parse(search) if search else spaces.default(sc, raw)
+        total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
         with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
             counter = Counter(tick)
             res = run_plan(

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from simulator.planning.pareto import point
-from simulator.planning.slo import reason_kind
 from simulator.results.report import provenance_folded
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
@@ -94,20 +92,34 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
                 _ms(e["metrics"]["tpot_ms"]["p95"]),
             )
         console.print(t)
-    kinds = Counter(reason_kind(r["reason"]) for r in p["rejected"])
+    kinds = p["rejected_by_reason"]
     if kinds:
-        console.print("rejected: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
-        target = w["gpus"] if w else 0
-        shown = sorted(p["rejected"], key=lambda r: (r["pruned"], abs(r["gpus"] - target)))[:SHOWN_REJECTED]
+        console.print("rejected: " + ", ".join(f"{n:,} {k}" for k, n in kinds.items()))
+        shown = p["rejected"][:SHOWN_REJECTED]  # nearest the winner first
         for r in shown:
+            if r.get("candidates") is not None:  # a pool layout the bounds rule out, whatever the rest
+                what = f"{r['layout']} × {r['label'].rsplit('=', 1)[-1]} instances ({r['candidates']:,} candidates"
+                fewest = r.get("fewest_instances")
+                what += f"; passes the bounds from {fewest}), pruned" if fewest else "), pruned"
+                console.print(f"  {what}: {r['reason']}", overflow="fold")
+                continue
             how = "pruned" if r["pruned"] else "simulated"
-            console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
-        if len(p["rejected"]) > len(shown):
-            console.print(f"  … {len(p['rejected']) - len(shown)} more in --json")
+            console.print(f"  {r.get('layout', r['label'])} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
+        if p["rejected_entries"] > len(shown):
+            console.print(
+                f"  … {p['rejected_entries'] - len(shown):,} more ({min(p['rejected_entries'], 60)} in --json)"
+            )
+    for line in p.get("widened", []):
+        console.print(f"searched again: {line}", overflow="fold")
+    for line in p.get("edges", []):
+        console.print(f"[yellow]at the edge[/yellow]: {line}", overflow="fold")
+    for line in p.get("hints", []):
+        console.print(f"  hint: {line}", overflow="fold")
     console.print(
         f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
         f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
         f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)"
+        + (f"; {p['simulations_run']} trials run in all" if p.get("simulations_run") != p["simulated"] else "")
     )
     console.print(provenance_folded(p))
 
