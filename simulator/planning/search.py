@@ -330,7 +330,8 @@ def _hints(r: _Round, judge: Judge) -> list[str]:
             layout = _layout_words(best, role, judge)
             out.append(
                 f"deployment.{role}.instances: {reason_kind(best.reason or '')} by the analytic bound "
-                f"({best.reason}); it passes from {best.fewest} instances of {layout}; searched {_span(searched)}"
+                f"({best.reason}); it passes from {best.fewest} instances of {layout}; "
+                + (f"searched {_span(searched)}" if searched else "not searched (search it to widen)")
             )
         elif pruned:
             out.append(
