@@ -38,6 +38,61 @@ slo_option = click.option(
 )
 
 
+out_option = click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the answer here: its scenario (runs as-is), commands.sh, SGLang and vLLM launch commands, JSON.",
+)
+
+
+def _num(v: float) -> str:
+    """A number as it was given, for a command line that must ask the same question again."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def slo_text(limits: Any) -> str:
+    items = [f"ttft_p95_ms={_num(limits.ttft_p95_ms)}", f"tpot_p95_ms={_num(limits.tpot_p95_ms)}"]
+    if limits.attainment is not None:
+        items.append(f"attainment={_num(limits.attainment)}")
+    return ",".join(items)
+
+
+def asked(
+    verb: str, scenario: Path, options: list[str], sets: tuple[str, ...], no_limits: bool, max_requests: int | None
+) -> list[str]:
+    """The argv that asks the question again (outputs, JSON and parallelism left out: they change no figure)."""
+    argv = ["phaseplan", verb, str(scenario.resolve()), *options]
+    for s in sets:
+        argv += ["--set", s]
+    if no_limits:
+        argv.append("--no-limits")
+    if max_requests is not None:
+        argv += ["--max-requests", str(max_requests)]
+    return argv
+
+
+def check_out(out: Path | None, scenario: Path, suffix: str) -> None:
+    """Refuse an unwritable --out before any trial runs."""
+    if out is not None:
+        from simulator.atomic import check_target
+        from simulator.deploy.bundle import NAMES
+
+        check_target(out, [f"{scenario.stem}-{suffix}.yaml", *NAMES])
+
+
+def write_answer(
+    out: Path, scenario: Path, suffix: str, mapping: dict[str, Any], argv: list[str], header: list[str], text: str
+) -> None:
+    """The answer's files, all or nothing (simulator/deploy/bundle.py)."""
+    from simulator.atomic import write_files
+    from simulator.config import loader
+    from simulator.deploy.bundle import files
+
+    sc = loader.validate(mapping, str(scenario))
+    write_files(files(out, f"{scenario.stem}-{suffix}", mapping, sc, scenario.parent, argv, header, text))
+
+
 def backend(kind: str, jobs: int | None) -> Backend:
     from simulator.planning.backends import Backend, default_jobs
 
@@ -105,6 +160,7 @@ def register(
     @slo_option
     @json_option
     @click.option("--start", type=click.FloatRange(min=1e-6), help="First rate to try (default: the scenario's).")
+    @out_option
     @jobs_option
     @backend_option
     @set_option
@@ -114,6 +170,7 @@ def register(
         slo: str | None,
         as_json: bool,
         start: float | None,
+        out: Path | None,
         jobs: int | None,
         backend_kind: str,
         sets: tuple[str, ...],
@@ -128,6 +185,7 @@ def register(
 
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
+        check_out(out, scenario, "max-rate")
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
             res = max_rate(
                 raw,
@@ -139,6 +197,19 @@ def register(
                 start=start,
                 on_trial=note,
                 limits=work_limits(no_limits, max_requests),
+            )
+        if out is not None:
+            from simulator.planning.maxrate import mapping
+
+            options = ["--slo", slo_text(limits)] + (["--start", _num(start)] if start is not None else [])
+            write_answer(
+                out,
+                scenario,
+                "max-rate",
+                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent),
+                asked("max-rate", scenario, options, sets, no_limits, max_requests),
+                [f"max-rate's answer: {res['max_rate_rps']:g} {res['rate_unit']} within {limits.describe()} (modeled)"],
+                dump(res),
             )
         if as_json:
             click.echo(dump(res))
@@ -160,7 +231,8 @@ def register(
         "search",
         multiple=True,
         metavar="PATH=V1,V2,…|LO..HI",
-        help="A dimension of the search (repeatable); default: instances and KV format of each pool.",
+        help="A dimension of the search (repeatable); default: each pool's instances, parallel layout and KV "
+        "format, the weight format, colocated and disaggregated.",
     )
     @click.option("--runners-up", type=click.IntRange(0, 50), default=3, show_default=True)
     @click.option(
@@ -169,6 +241,7 @@ def register(
         type=click.Path(file_okay=False, path_type=Path),
         help="Also write the Pareto frontier (CSV, PNG) of the complete runs into this folder.",
     )
+    @out_option
     @json_option
     @jobs_option
     @backend_option
@@ -182,6 +255,7 @@ def register(
         search: tuple[str, ...],
         runners_up: int,
         pareto_out: Path | None,
+        out: Path | None,
         as_json: bool,
         jobs: int | None,
         backend_kind: str,
@@ -204,8 +278,9 @@ def register(
             from simulator.planning.pareto import paths
 
             check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
-        dims = spaces.parse(search) if search else spaces.default(sc)
-        total = len(spaces.candidates(dims))
+        check_out(out, scenario, "plan")
+        dims = spaces.parse(search) if search else spaces.default(sc, raw)
+        total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
         with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
             counter = Counter(tick)
             res = run_plan(
@@ -227,10 +302,26 @@ def register(
             from simulator.planning.pareto import write
 
             write(res["evaluated"], f"{sc.name} plan at {rate:g}", stem)
+        w = res["winner"]
+        if out is not None and w is not None:
+            from simulator.planning.search import mapping
+
+            options = ["--rate", _num(rate), "--slo", slo_text(limits), "--objective", objective]
+            options += ["--runners-up", str(runners_up)] + [a for s in search for a in ("--search", s)]
+            write_answer(
+                out,
+                scenario,
+                "plan",
+                mapping(raw, res["question"]["fixed"], w["overrides"]),
+                asked("plan", scenario, options, sets, no_limits, max_requests),
+                [f"plan's winner at {rate:g} {res['question']['rate_unit']} within {limits.describe()} (modeled)"],
+                dump(res),
+            )
         if as_json:
             click.echo(dump(res))
         else:
             print_plan(console, res)
-        if res["winner"] is None:
-            click.echo("error: no candidate meets the SLO at this rate", err=True)
+        if w is None:
+            nothing = " (nothing written to --out)" if out is not None else ""
+            click.echo(f"error: no candidate meets the SLO at this rate{nothing}", err=True)
             sys.exit(1)

@@ -131,6 +131,7 @@ def test_max_rate_report_at_80_columns() -> None:
         "rate_unit": "requests/s",
         "requests_per_s": 1.0,
         "max_rate_rps": 1.25,
+        "layout": "2 × TP8 prefill (INT4, FP8 KV) + 1 × TP8 decode (INT4, FP8 KV) = 24 H200",
         "slo": {"ttft_p95_ms": 2000.0, "tpot_p95_ms": 50.0, "attainment": None},
         "cost_per_mtok_usd": result["metrics"]["cost_per_mtok_usd"],
         "cost_basis": "output tokens",

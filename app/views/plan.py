@@ -109,7 +109,7 @@ def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario,
     own = current_rate(sc, study.base_dir) or 1.0
     rate = c1.number_input(f"rate to plan for ({unit(sc)})", 0.001, 1e5, float(f"{own:.3g}"), 0.1, key="plan:rate")
     objective = c2.radio("objective", ["gpus", "cost"], horizontal=True, key="plan:objective")
-    dims = spaces.default(sc)
+    dims = spaces.default(sc, raw)
     st.code(
         cli_line(
             "plan",
@@ -119,10 +119,10 @@ def _plan(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scenario,
         ),
         language="bash",
     )
-    st.caption("searched: " + "; ".join(f"{k} in {v}" for k, v in dims.items()))
+    st.caption("searched: " + dims.describe())
     inputs = [study.key, sets, slo.to_json(), rate, objective]
     if st.button("Plan", key="plan:plan"):
-        total = len(spaces.candidates(dims))
+        total = dims.count()
         bar = st.progress(0.0, text=f"0 of {total} candidates")
         done = [0]
 

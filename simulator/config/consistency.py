@@ -5,7 +5,8 @@ one line with the file's line or the --set it came from.
 
 from __future__ import annotations
 
-from simulator.config.scenario import Length, Scenario
+from simulator.config.scenario import Length, Pool, Scenario
+from simulator.config.specs import HardwareSpec
 
 
 def check(sc: Scenario) -> None:
@@ -18,14 +19,19 @@ def check_instances_fit_nodes(sc: Scenario) -> None:
 
     An instance that spans nodes says so with `nodes`; how its GPUs split over them is config/parallel.py's rule.
     """
-    per_node = sc.hardware.gpus_per_node
     for name, pool in sc.deployment.pools().items():
-        if pool.nodes == 1 and pool.tp > per_node:  # across nodes, config/parallel.py checks tp / nodes
-            raise ValueError(
-                f"deployment.{name}.tp: {pool.tp} GPUs per instance, but {sc.hardware.name} has "
-                f"{per_node} GPUs per node (set deployment.{name}.nodes for an instance that spans "
-                "nodes)"
-            )
+        check_pool_fits_node(sc.hardware, name, pool)
+
+
+def check_pool_fits_node(hw: HardwareSpec, name: str, pool: Pool) -> None:
+    """One pool's part of `check_instances_fit_nodes` (`plan` judges pools one at a time)."""
+    per_node = hw.gpus_per_node
+    if pool.nodes == 1 and pool.tp > per_node:  # across nodes, config/parallel.py checks tp / nodes
+        raise ValueError(
+            f"deployment.{name}.tp: {pool.tp} GPUs per instance, but {hw.name} has "
+            f"{per_node} GPUs per node (set deployment.{name}.nodes for an instance that spans "
+            "nodes)"
+        )
 
 
 def largest(length: Length) -> int | None:

@@ -331,6 +331,28 @@ class Cost(Strict):
     gpu_hour_usd: PositiveFloat | None = Field(None, description="USD per GPU-hour; null: the hardware preset's price.")
 
 
+def check_pool_fits_model(model: ModelSpec, hardware: HardwareSpec, name: str, pool: Pool) -> None:
+    """Sharding and layout rules that need both the model and a pool; each error names the pool's path. (Apart
+    from the validator so that `plan` can judge one pool of many candidates once.)"""
+    a = model.attention
+    where = f"deployment.{name}"
+    parallel.check_pool(model, hardware, pool, where)
+    if not parallel.attention_heads_ok(model, pool):
+        via = f" (attention TP = tp / dp = {pool.tp} / {pool.dp})" if pool.dp > 1 else ""
+        raise ValueError(f"{where}.tp: {pool.tp // pool.dp} does not divide the model's {a.heads} attention heads{via}")
+    if pool.tp % pool.ep:
+        raise ValueError(
+            f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are EP groups × expert-TP)"
+        )
+    if pool.kv_layout == "tiled" and a.type != "mla":
+        raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
+    if pool.weights_scheme is not None and pool.weights_scheme not in model.schemes:
+        raise ValueError(
+            f"{where}.weights_scheme: model {model.name} has no scheme "
+            f"{pool.weights_scheme!r} (known: {', '.join(model.schemes) or 'none'})"
+        )
+
+
 class Scenario(Strict):
     name: str = Field("scenario", description="The scenario's name, shown in reports.")
     model: ModelSpec = Field(
@@ -361,27 +383,8 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _pools_fit_the_model(self) -> Scenario:
-        """Sharding and layout rules that need both the model and a pool; each error names the pool's path."""
-        a = self.model.attention
         for name, pool in self.deployment.pools().items():
-            where = f"deployment.{name}"
-            parallel.check_pool(self.model, self.hardware, pool, where)
-            if not parallel.attention_heads_ok(self.model, pool):
-                via = f" (attention TP = tp / dp = {pool.tp} / {pool.dp})" if pool.dp > 1 else ""
-                raise ValueError(
-                    f"{where}.tp: {pool.tp // pool.dp} does not divide the model's {a.heads} attention heads{via}"
-                )
-            if pool.tp % pool.ep:
-                raise ValueError(
-                    f"{where}.ep: {pool.ep} must divide tp {pool.tp} (an instance's GPUs are EP groups × expert-TP)"
-                )
-            if pool.kv_layout == "tiled" and a.type != "mla":
-                raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
-            if pool.weights_scheme is not None and pool.weights_scheme not in self.model.schemes:
-                raise ValueError(
-                    f"{where}.weights_scheme: model {self.model.name} has no scheme "
-                    f"{pool.weights_scheme!r} (known: {', '.join(self.model.schemes) or 'none'})"
-                )
+            check_pool_fits_model(self.model, self.hardware, name, pool)
         return self
 
     @model_serializer(mode="wrap")

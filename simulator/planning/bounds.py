@@ -61,6 +61,9 @@ def offered(sc: Scenario, base_dir: Path | None) -> Offered | None:
     return Offered(issued / window, prompt, max(1.0, prompt - shared), output)
 
 
+MAX_INSTANCES = 4096  # the schema's most instances in one pool: the bound's search for a passing count stops there
+
+
 @dataclass(frozen=True)
 class PoolBound:
     """One pool's throughput bound: the most it serves per second against what the load offers, in `unit`."""
@@ -78,50 +81,61 @@ class PoolBound:
 
 
 class Bounds:
-    """Prunes candidates; step prices are cached per pool, since candidates share pools."""
+    """Prunes candidates pool by pool (a pool's verdict holds for every candidate that has it); step prices are
+    cached per pool layout, since candidates share layouts and an instance count does not change a step."""
 
     def __init__(self, slo: SLO) -> None:
         self.slo = slo
         self._costs: dict[str, CostModel] = {}
+        self._steps: dict[tuple[str, int], float] = {}
         self._offered: dict[str, Offered | None] = {}
 
     def reason(self, sc: Scenario, base_dir: Path | None) -> str | None:
         """Why `sc` cannot meet the SLO without simulating it, or None when the bounds cannot tell."""
-        pools = sc.deployment.pools()
-        for name, pool in pools.items():
-            cap = pool_capacity(sc.model, sc.hardware, pool)
-            if not cap.fits:
-                return f"{DOES_NOT_FIT}: deployment.{name}: {cap.reason.removeprefix('does not fit: ')}"
-        key = f"{sc.traffic.model_dump_json()}|{sc.seed}|{sc.prefix_cache.enabled}"
-        if key not in self._offered:
-            self._offered[key] = offered(sc, base_dir)
-        load = self._offered[key]
+        colocated = sc.deployment.mode == "colocated"
+        for name, pool in sc.deployment.pools().items():
+            why = self.pool_reason(sc, base_dir, name, pool, colocated)
+            if why is not None:
+                return why
+        return None
+
+    def pool_reason(self, sc: Scenario, base_dir: Path | None, name: str, pool: Pool, colocated: bool) -> str | None:
+        """Why pool `name` (`pool`, in `sc`'s model, hardware and traffic) rules out every candidate that has it:
+        it does not fit, or cannot carry its share of the offered load; None when the bounds cannot tell."""
+        cap = pool_capacity(sc.model, sc.hardware, pool)
+        if not cap.fits:
+            return f"{DOES_NOT_FIT}: deployment.{name}: {cap.reason.removeprefix('does not fit: ')}"
+        load = self._load(sc, base_dir)
         if load is None:
             return None
-        decode = pools["decode"]
-        step, b_max = self._decode_steps(sc, load, base_dir)
-        for b in self.throughput(sc, load, base_dir):
-            if b.offered * MARGIN <= b.served:
-                continue
-            if b.pool == "colocated":
+        want_in = load.requests_per_s * load.new_tokens
+        if name == "prefill":
+            tps_in = self._prefill_tps(sc, pool, load, base_dir)
+            if tps_in * pool.instances < want_in * MARGIN:
                 return (
-                    f"{CANNOT_SUSTAIN}: the offered load keeps {b.offered:,.1f} instances busy at best (prefill and "
-                    f"decode at their fastest), {decode.instances} deployed (analytic bound)"
+                    f"{CANNOT_SUSTAIN}: prefill pool computes at most {tps_in * pool.instances:,.0f} "
+                    f"prompt tok/s < {want_in:,.0f} offered (analytic bound)"
                 )
-            if b.pool == "prefill":
-                return (
-                    f"{CANNOT_SUSTAIN}: prefill pool computes at most {b.served:,.0f} "
-                    f"prompt tok/s < {b.offered:,.0f} offered (analytic bound)"
-                )
-            return (
-                f"{CANNOT_SUSTAIN}: decode pool produces at most {b.served:,.0f} output "
-                f"tok/s at its largest batch ({b_max}) < {b.offered:,.0f} offered (analytic bound)"
-            )
+            return None
+        step, b_max = self._decode_steps(sc, pool, load, base_dir)
+        tps_out = b_max / step(b_max)  # per decode instance
         want_out = load.requests_per_s * load.output_tokens
+        if colocated:
+            busy = want_in / self._prefill_tps(sc, pool, load, base_dir) + want_out / tps_out
+            if busy * MARGIN > pool.instances:  # instance-seconds of work per second
+                return (
+                    f"{CANNOT_SUSTAIN}: the offered load keeps {busy:,.1f} instances busy at best (prefill and "
+                    f"decode at their fastest), {pool.instances} deployed (analytic bound)"
+                )
+        elif tps_out * pool.instances < want_out * MARGIN:
+            return (
+                f"{CANNOT_SUSTAIN}: decode pool produces at most {tps_out * pool.instances:,.0f} output "
+                f"tok/s at its largest batch ({b_max}) < {want_out:,.0f} offered (analytic bound)"
+            )
         floor_ms = step(1) * 1e3
         if floor_ms > self.slo.tpot_p95_ms:
             return f"{MISSES_TPOT}: a decode step at batch 1 takes {floor_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms"
-        per_inst = want_out / decode.instances
+        per_inst = want_out / pool.instances
         lo, hi = 1, b_max  # the smallest batch whose throughput matches the offered rate
         while lo < hi:
             mid = (lo + hi) // 2
@@ -142,7 +156,7 @@ class Bounds:
         prefill pool, output tokens of the decode pool; colocated: instances kept busy by both phases)."""
         pools = sc.deployment.pools()
         decode = pools["decode"]
-        step, b_max = self._decode_steps(sc, load, base_dir)
+        step, b_max = self._decode_steps(sc, decode, load, base_dir)
         tps_out = b_max / step(b_max)  # per decode instance
         want_out = load.requests_per_s * load.output_tokens
         prefill = pools.get("prefill", decode)
@@ -156,21 +170,65 @@ class Bounds:
             PoolBound("decode", decode.instances, tps_out * decode.instances, want_out, "output tok/s", tps_out),
         ]
 
-    def _decode_steps(self, sc: Scenario, load: Offered, base_dir: Path | None) -> tuple[Callable[[int], float], int]:
-        """A decode instance's step time by batch (mean-context requests) and the largest batch its KV holds."""
-        decode = sc.deployment.pools()["decode"]
+    def _decode_steps(
+        self, sc: Scenario, pool: Pool, load: Offered, base_dir: Path | None
+    ) -> tuple[Callable[[int], float], int]:
+        """A decode instance's step time by batch (mean-context requests, cached per pool layout) and the largest
+        batch its KV holds."""
         ctx = load.prompt_tokens + load.output_tokens / 2
-        cost = self._cost(sc, decode, base_dir)
-        kv_tokens = pool_capacity(sc.model, sc.hardware, decode).kv_tokens
-        b_max = max(1, min(decode.max_running, int(kv_tokens // ctx)))
+        key = f"{self._key(sc, pool)}|{ctx}"
+        kv_tokens = pool_capacity(sc.model, sc.hardware, pool).kv_tokens
+        b_max = max(1, min(pool.max_running, int(kv_tokens // ctx)))
 
         def step(b: int) -> float:
-            return cost.step_s(b, int(b * ctx), b * math.ceil(ctx / decode.page_size), [])
+            if (key, b) not in self._steps:
+                cost = self._cost(sc, pool, base_dir)
+                self._steps[key, b] = cost.step_s(b, int(b * ctx), b * math.ceil(ctx / pool.page_size), [])
+            return self._steps[key, b]
 
         return step, b_max
 
+    def prefill_capacity(self, sc: Scenario, base_dir: Path | None, pool: Pool) -> float:
+        """Prompt tokens per second the pool computes at best (every instance full of mean-length prompts)."""
+        load = self._load(sc, base_dir)
+        return 0.0 if load is None else self._prefill_tps(sc, pool, load, base_dir) * pool.instances
+
+    def fewest_instances(
+        self, sc: Scenario, base_dir: Path | None, name: str, pool: Pool, colocated: bool
+    ) -> int | None:
+        """The fewest instances of this pool layout the bounds let through (each bound only eases with more
+        instances), or None when no count does: it does not fit, or a step at batch 1 already misses TPOT."""
+
+        def ok(n: int) -> bool:
+            return self.pool_reason(sc, base_dir, name, pool.model_copy(update={"instances": n}), colocated) is None
+
+        if not ok(MAX_INSTANCES):
+            return None
+        lo, hi = 1, MAX_INSTANCES
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _load(self, sc: Scenario, base_dir: Path | None) -> Offered | None:
+        key = f"{sc.traffic.model_dump_json()}|{sc.seed}|{sc.prefix_cache.enabled}"
+        if key not in self._offered:
+            self._offered[key] = offered(sc, base_dir)
+        return self._offered[key]
+
+    @staticmethod
+    def _key(sc: Scenario, pool: Pool) -> str:
+        """What a step's price depends on: the model, hardware, profile and the pool's layout (not its count)."""
+        layout = pool.model_copy(update={"instances": 1}).model_dump_json()
+        return (
+            f"{sc.model.model_dump_json()}|{sc.hardware.model_dump_json()}|{sc.profile}|{sc.integrity.enabled}|{layout}"
+        )
+
     def _cost(self, sc: Scenario, pool: Pool, base_dir: Path | None) -> CostModel:
-        key = f"{sc.model.name}|{sc.hardware.name}|{sc.profile}|{sc.integrity.enabled}|{pool.model_dump_json()}"
+        key = self._key(sc, pool)
         if key not in self._costs:
             profile = Profile.for_scenario(sc, base_dir)
             self._costs[key] = CostModel(sc.model, sc.hardware, pool, profile, sc.integrity.enabled)
@@ -179,7 +237,10 @@ class Bounds:
     def _prefill_tps(self, sc: Scenario, pool: Pool, load: Offered, base_dir: Path | None) -> float:
         """Prompt tokens per second of one instance filling its batch with mean-length prompts. Under DP attention
         every rank fills its own share of `max_batch_tokens` at once (the scheduler divides it over the ranks)."""
-        budget = min(pool.chunk_size, pool.max_batch_tokens // pool.dp)
-        length = max(1, min(budget, round(load.new_tokens)))
-        k = max(1, budget // length) * pool.dp
-        return k * length / self._cost(sc, pool, base_dir).step_s(0, 0, 0, [(length, 0)] * k)
+        key = (f"{self._key(sc, pool)}|prefill|{load.new_tokens}", 0)  # beside the decode steps, at batch 0
+        if key not in self._steps:
+            budget = min(pool.chunk_size, pool.max_batch_tokens // pool.dp)
+            length = max(1, min(budget, round(load.new_tokens)))
+            k = max(1, budget // length) * pool.dp
+            self._steps[key] = k * length / self._cost(sc, pool, base_dir).step_s(0, 0, 0, [(length, 0)] * k)
+        return self._steps[key]

@@ -20,6 +20,7 @@ from typing import Any
 from simulator.budget import Limits
 from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.deploy.layout import one_line
 from simulator.errors import InputError
 from simulator.planning.backends import Backend
 from simulator.planning.openloop import current_rate, rate_overrides, requests_per_s, unit
@@ -55,8 +56,7 @@ class _Search:
         self.seen: dict[float, dict[str, Any]] = {}
 
     def scenario(self, rate: float) -> Scenario:
-        over = {**rate_overrides(self.sc, rate, self.base_dir), **self.slo.overrides()}
-        return loader.validate(loader.apply_overrides(self.raw, over), self.source)
+        return loader.validate(mapping(self.raw, self.sc, rate, self.slo, self.base_dir), self.source)
 
     def run(self, rates: list[float]) -> list[dict[str, Any]]:
         todo = [r for r in dict.fromkeys(rates) if r not in self.seen]
@@ -107,6 +107,12 @@ class _Search:
         return lo, hi
 
 
+def mapping(raw: dict[str, Any], sc: Scenario, rate: float, slo: SLO, base_dir: Path | None) -> dict[str, Any]:
+    """The scenario at `rate` as the raw mapping its trial is validated from (the study without its sweep)."""
+    over = {**rate_overrides(sc, rate, base_dir), **slo.overrides()}
+    return loader.apply_overrides({k: v for k, v in raw.items() if k != "sweep"}, over)
+
+
 def max_rate(
     raw: dict[str, Any],
     sc: Scenario,
@@ -120,7 +126,6 @@ def max_rate(
 ) -> dict[str, Any]:
     """The answer as JSON-ready data: rate, cost there, the metrics of the run at that rate, and the trials. A
     rate whose run the work `limits` refuse counts as failing."""
-    raw = {k: v for k, v in raw.items() if k != "sweep"}
     search = _Search(raw, sc, source, base_dir, slo, backend, on_trial, limits)
     lo, hi = search.bracket(start or current_rate(sc, base_dir) or 1.0)
     for n in range(MAX_ROUNDS):
@@ -135,12 +140,14 @@ def max_rate(
     at = search.scenario(lo)
     return {
         "max_rate_rps": lo,
+        "layout": one_line(at),
         "rate_unit": unit(sc),
         "overrides": rate_overrides(sc, lo, base_dir),
         "requests_per_s": requests_per_s(lo, best["metrics"], at),
         **per_mtok(best["metrics"], price),
         "gpu_hour_usd": price,
         "slo": slo.to_json(),
+        "binding": slo.binding(best["metrics"]),
         "metrics": best["metrics"],
         "above": {f"{r:g}": search.seen[r]["reason"] for r in probes},  # None: it met the SLO after all
         "trials": [

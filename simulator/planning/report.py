@@ -3,7 +3,6 @@ to the console's width (the terminal's, COLUMNS, or 80 when piped)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -11,7 +10,6 @@ from rich.table import Table
 
 from simulator.folding import Folding
 from simulator.planning.pareto import point
-from simulator.planning.slo import reason_kind
 from simulator.results.report import provenance_line
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
@@ -30,22 +28,36 @@ def _slo(s: dict[str, Any]) -> str:
     return text + (f", >= {s['attainment']:.1%} of requests within both" if s.get("attainment") else "")
 
 
+def _percentiles(m: dict[str, Any], key: str) -> str:
+    p = m[key]
+    return f"{_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ms"
+
+
+def _throughput(m: dict[str, Any]) -> str:
+    tput = point("", m)
+    basis = tput["token_basis"]
+    total = m["output_tokens_per_s"] if basis == "output tokens" else m["input_tokens_per_s"] + m["output_tokens_per_s"]
+    return f"{total:,.0f} {basis}/s ({tput['tokens_per_s_per_gpu']:,.1f} per GPU)"
+
+
+def print_answer(console: Console, layout: str, e: dict[str, Any]) -> None:
+    """A deployable answer: the layout in one line, its latency percentiles, throughput, cost, binding limit."""
+    m = e["metrics"]
+    console.print(f"  [bold]{layout}[/bold]")
+    console.print(f"  TTFT p50/p95/p99 {_percentiles(m, 'ttft_ms')}; TPOT p50/p95/p99 {_percentiles(m, 'tpot_ms')}")
+    console.print(f"  {_throughput(m)}, {_usd(e['cost_per_mtok_usd'])} per million {e['cost_basis']}")
+    if e.get("binding"):
+        console.print(f"  binding limit: {e['binding']}")
+
+
 def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     console = _narrow(console)
     m = r["metrics"]
     per_request = "" if r["rate_unit"] == "requests/s" else f" ({r['requests_per_s']:,.2f} requests/s)"
     console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']}{per_request}")
     console.print(f"  within {_slo(r['slo'])}")
-    console.print(
-        f"  cost there: {_usd(r['cost_per_mtok_usd'])} per million {r['cost_basis']} "
-        f"({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)"
-    )
-    tput = point("", m)
-    console.print(
-        f"  at it: TTFT p50/p95 {_ms(m['ttft_ms']['p50'])} / {_ms(m['ttft_ms']['p95'])} ms, TPOT p50/p95 "
-        f"{_ms(m['tpot_ms']['p50'])} / {_ms(m['tpot_ms']['p95'])} ms, "
-        f"{tput['tokens_per_s_per_gpu']:,.1f} {tput['token_basis']}/s per GPU"
-    )
+    print_answer(console, r["layout"], r)
+    console.print(f"  ({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")
     for rate, reason in r["above"].items():
         console.print(f"  at {rate}: {reason or 'meets the SLO'}")
     stopped = sum(t["stopped_early"] for t in r["trials"])
@@ -67,37 +79,48 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     if w is None:
         console.print("[red]no candidate meets the SLO[/red]")
     else:
-        m = w["metrics"]
-        console.print(f"[bold green]winner[/bold green]: {w['label']}")
-        console.print(
-            f"  {w['gpus']} GPUs, {_usd(w['cost_per_mtok_usd'])} per million {w['cost_basis']}, TTFT p95 "
-            f"{_ms(m['ttft_ms']['p95'])} ms, TPOT p95 {_ms(m['tpot_ms']['p95'])} ms"
-        )
+        console.print("[bold green]winner[/bold green]:")
+        print_answer(console, w["layout"], w)
+        console.print(f"  as overrides: {w['label']}", overflow="fold")
     if p["runners_up"]:
         t = Table("runner-up", "GPUs", "$/Mtok", "TTFT p95 ms", "TPOT p95 ms", title=None)
         for e in p["runners_up"]:
             t.add_row(
-                e["label"],
+                e["layout"].rsplit(" = ", 1)[0],
                 str(e["gpus"]),
                 _usd(e["cost_per_mtok_usd"]),
                 _ms(e["metrics"]["ttft_ms"]["p95"]),
                 _ms(e["metrics"]["tpot_ms"]["p95"]),
             )
         console.print(t)
-    kinds = Counter(reason_kind(r["reason"]) for r in p["rejected"])
+    kinds = p["rejected_by_reason"]
     if kinds:
-        console.print("rejected: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common()))
-        target = w["gpus"] if w else 0
-        shown = sorted(p["rejected"], key=lambda r: (r["pruned"], abs(r["gpus"] - target)))[:SHOWN_REJECTED]
+        console.print("rejected: " + ", ".join(f"{n:,} {k}" for k, n in kinds.items()))
+        shown = p["rejected"][:SHOWN_REJECTED]  # nearest the winner first
         for r in shown:
+            if r.get("candidates") is not None:  # a pool layout the bounds rule out, whatever the rest
+                what = f"{r['layout']} × {r['label'].rsplit('=', 1)[-1]} instances ({r['candidates']:,} candidates"
+                fewest = r.get("fewest_instances")
+                what += f"; passes the bounds from {fewest}), pruned" if fewest else "), pruned"
+                console.print(f"  {what}: {r['reason']}", overflow="fold")
+                continue
             how = "pruned" if r["pruned"] else "simulated"
-            console.print(f"  {r['label']} ({r['gpus']} GPUs, {how}): {r['reason']}")
-        if len(p["rejected"]) > len(shown):
-            console.print(f"  … {len(p['rejected']) - len(shown)} more in --json")
+            console.print(f"  {r.get('layout', r['label'])} ({r['gpus']} GPUs, {how}): {r['reason']}", overflow="fold")
+        if p["rejected_entries"] > len(shown):
+            console.print(
+                f"  … {p['rejected_entries'] - len(shown):,} more ({min(p['rejected_entries'], 60)} in --json)"
+            )
+    for line in p.get("widened", []):
+        console.print(f"searched again: {line}", overflow="fold")
+    for line in p.get("edges", []):
+        console.print(f"[yellow]at the edge[/yellow]: {line}", overflow="fold")
+    for line in p.get("hints", []):
+        console.print(f"  hint: {line}", overflow="fold")
     console.print(
         f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
         f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
         f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)"
+        + (f"; {p['simulations_run']} trials run in all" if p.get("simulations_run") != p["simulated"] else "")
     )
     console.print(provenance_line(p))
 
