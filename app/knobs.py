@@ -75,8 +75,8 @@ def study_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
     out["prefix_cache.enabled"] = sc.prefix_cache.enabled
     out["routing.policy"] = sc.routing.policy
     out["integrity.enabled"] = sc.integrity.enabled
-    out["slo.ttft_ms"] = sc.slo.ttft_ms
-    out["slo.tpot_ms"] = sc.slo.tpot_ms
+    out["slo.ttft_p95_ms"] = sc.slo.ttft_p95_ms
+    out["slo.tpot_p95_ms"] = sc.slo.tpot_p95_ms
     return out
 
 

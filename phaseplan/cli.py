@@ -489,7 +489,9 @@ def bench_sim(
 @click.option(
     "--duration-s", type=click.FloatRange(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
 )
-@click.option("--slo", metavar="ttft_ms=…,tpot_ms=…", help="The SLO's limits [default: ttft_ms=2000,tpot_ms=50].")
+@click.option(
+    "--slo", metavar="ttft_p95_ms=…,tpot_p95_ms=…", help="The SLO's limits [default: ttft_p95_ms=2000,tpot_p95_ms=50]."
+)
 @click.option("--name", help="The scenario's name [default: MODEL-HARDWARE].")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the scenario here (else stdout).")
 @click.option("--force", is_flag=True, help="Replace --out if it exists.")
@@ -517,7 +519,7 @@ def init(
         raise InputError("--rate and --concurrency: give one (open loop or closed loop)")
     limits = SLO.parse(slo, ScenarioSLO())
     if limits.attainment is not None:
-        raise InputError("--slo attainment: a scenario's slo holds ttft_ms and tpot_ms (attainment is plan's)")
+        raise InputError("--slo attainment: a scenario's slo holds ttft_p95_ms and tpot_p95_ms (attainment is plan's)")
     if out is not None:
         check_file_target(out)
         if out.exists() and not force:

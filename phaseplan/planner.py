@@ -33,7 +33,7 @@ backend_option = click.option(
 )
 slo_option = click.option(
     "--slo",
-    metavar="ttft_ms=…,tpot_ms=…[,attainment=…]",
+    metavar="ttft_p95_ms=…,tpot_p95_ms=…[,attainment=…]",
     help="Limits the p95 TTFT and TPOT must meet, named as in the scenario's slo (default: the scenario's own).",
 )
 

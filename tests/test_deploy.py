@@ -99,7 +99,7 @@ def test_max_rate_out_writes_the_scenario_at_its_answer(
     res = json.loads(out)
     path = tmp_path / "kimi-k2.6-kv-formats-max-rate.yaml"
     sc, _ = loader.load(path)
-    assert sc.traffic.rate == res["max_rate_rps"] and sc.slo.tpot_ms == 25
+    assert sc.traffic.rate == res["max_rate_rps"] and sc.slo.tpot_p95_ms == 25
     run = _run_json(monkeypatch, capsys, path)
     for key in FIGURES:
         assert run["metrics"][key] == res["metrics"][key], key

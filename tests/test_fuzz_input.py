@@ -183,7 +183,7 @@ def test_fuzz_examples(tmp_path_factory: pytest.TempPathFactory) -> None:
         "prefix_cache.enabled": st.booleans(),
         "routing.policy": st.sampled_from(["round_robin", "least_kv", "session_affinity", "prefix_aware"]),
         "seed": st.integers(0, 2**32),
-        "slo.ttft_ms": st.floats(1, 1e4),
+        "slo.ttft_p95_ms": st.floats(1, 1e4),
     }
     plausible_doc = st.lists(
         st.sampled_from(sorted(sane)).flatmap(lambda p: st.tuples(st.just(p), sane[p])), min_size=1, max_size=4

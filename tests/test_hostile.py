@@ -99,7 +99,7 @@ def test_sweep_of_a_million_points(tmp_path, monkeypatch, capsys) -> None:
             "traffic.requests",
             "deployment.decode.max_running",
             "deployment.decode.page_size",
-            "slo.ttft_ms",
+            "slo.ttft_p95_ms",
         ]
     )
     path = write(tmp_path / "s.yaml", SMALL + "sweep:\n" + sweep)

@@ -44,12 +44,16 @@ def test_init_sizes_the_pools_to_the_rate(tmp_path: Path, monkeypatch, capsys) -
 
 
 def test_init_to_stdout_is_the_same_file(tmp_path: Path, monkeypatch, capsys) -> None:
-    code, out, _ = _init(monkeypatch, capsys, tmp_path, "--concurrency", "8", "--slo", "ttft_ms=1500,tpot_ms=40")
+    code, out, _ = _init(
+        monkeypatch, capsys, tmp_path, "--concurrency", "8", "--slo", "ttft_p95_ms=1500,tpot_p95_ms=40"
+    )
     assert code == 0
-    code, stdout, _ = invoke(monkeypatch, capsys, "init", "--concurrency", "8", "--slo", "ttft_ms=1500,tpot_ms=40")
+    code, stdout, _ = invoke(
+        monkeypatch, capsys, "init", "--concurrency", "8", "--slo", "ttft_p95_ms=1500,tpot_p95_ms=40"
+    )
     assert code == 0 and stdout == out.read_text()
     data = yaml.safe_load(stdout)
-    assert data["traffic"]["concurrency"] == 8 and data["slo"] == {"ttft_ms": 1500, "tpot_ms": 40}
+    assert data["traffic"]["concurrency"] == 8 and data["slo"] == {"ttft_p95_ms": 1500, "tpot_p95_ms": 40}
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ deployment:
   prefill: {instances: 1, tp: 8, weights: int4, kv_cache: fp8_e4m3}
   decode: {instances: 1, tp: 8, weights: int4, kv_cache: fp8_e4m3}
 traffic: {rate: 5, requests: 300, prompt_tokens: 8192, output_tokens: 1024}
-slo: {ttft_ms: 2000, tpot_ms: 50}
+slo: {ttft_p95_ms: 2000, tpot_p95_ms: 50}
 """
 
 

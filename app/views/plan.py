@@ -54,8 +54,8 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
         return
     c1, c2 = st.columns(2)
     slo = SLO(
-        c1.number_input("SLO: p95 TTFT (ms)", 1.0, 1e7, float(sc.slo.ttft_ms), 100.0, "%.0f", key="plan:ttft"),
-        c2.number_input("SLO: p95 TPOT (ms)", 0.1, 1e5, float(sc.slo.tpot_ms), 1.0, "%.1f", key="plan:tpot"),
+        c1.number_input("SLO: p95 TTFT (ms)", 1.0, 1e7, float(sc.slo.ttft_p95_ms), 100.0, "%.0f", key="plan:ttft"),
+        c2.number_input("SLO: p95 TPOT (ms)", 0.1, 1e5, float(sc.slo.tpot_p95_ms), 1.0, "%.1f", key="plan:tpot"),
     )
     if "traffic.duration_s" in sets:
         st.caption(

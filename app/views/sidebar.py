@@ -177,10 +177,10 @@ def traffic_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
         "integrity check", base["integrity.enabled"], key=knob(study, "integrity.enabled")
     )
     c3, c4 = sb.columns(2)
-    chosen["slo.ttft_ms"] = c3.number_input(
-        "SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_ms"]), 100.0, "%.0f", key=knob(study, "slo.ttft_ms")
+    chosen["slo.ttft_p95_ms"] = c3.number_input(
+        "SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_p95_ms"]), 100.0, "%.0f", key=knob(study, "slo.ttft_p95_ms")
     )
-    chosen["slo.tpot_ms"] = c4.number_input(
-        "SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_ms"]), 1.0, "%.1f", key=knob(study, "slo.tpot_ms")
+    chosen["slo.tpot_p95_ms"] = c4.number_input(
+        "SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_p95_ms"]), 1.0, "%.1f", key=knob(study, "slo.tpot_p95_ms")
     )
     return chosen

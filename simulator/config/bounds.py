@@ -79,8 +79,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("Traffic", "shared_prefix_tokens"): (0, TOKENS, "tokens"),
     ("Traffic", "duration_s"): (1e-3, 1e8, "seconds of traffic (about 3 years at most)"),
     ("Traffic", "requests"): (1, 1e12, "requests"),
-    ("SLO", "ttft_ms"): (1e-3, 1e9, "ms"),
-    ("SLO", "tpot_ms"): (1e-3, 1e9, "ms"),
+    ("SLO", "ttft_p95_ms"): (1e-3, 1e9, "ms"),
+    ("SLO", "tpot_p95_ms"): (1e-3, 1e9, "ms"),
     ("Cost", "gpu_hour_usd"): (1e-4, 1e4, "USD per GPU-hour"),
     ("Scenario", "seed"): (0, 2**63 - 1, "seed (a non-negative 63-bit integer)"),
 }

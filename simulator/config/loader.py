@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simulator.config import bounds, consistency, paths, presets, safe_yaml
+from simulator.config import bounds, consistency, paths, presets, renamed, safe_yaml
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
@@ -200,7 +200,8 @@ def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> t
 def _overridden(
     data: dict[str, Any], lines: dict[tuple[str, ...], int], name: str, sets: list[str] | tuple[str, ...]
 ) -> tuple[Scenario, dict[str, Any]]:
-    overrides = dict(parse_set(s) for s in sets)
+    overrides = {renamed.path(path): value for path, value in (parse_set(s) for s in sets)}
+    data = renamed.upgrade(data, name)
     for path in overrides:  # a typo names the valid keys and the nearest, before anything is set
         try:
             paths.check_path(path, short_names=False)

@@ -319,11 +319,12 @@ class Traffic(Strict):
 
 
 class SLO(Strict):
-    ttft_ms: PositiveFloat = Field(
-        2000.0, description="TTFT limit, ms: run counts requests within it; plan and max-rate hold the p95 to it."
-    )
-    tpot_ms: PositiveFloat = Field(
-        50.0, description="Time-per-output-token limit, ms (after the first token), used as ttft_ms is."
+    """The service-level objective: p95 limits. The p95 is within a limit when at least 95% of requests are, so
+    `run` counts the share of requests within both (its `slo_attainment`) and `plan`/`max-rate` judge the p95."""
+
+    ttft_p95_ms: PositiveFloat = Field(2000.0, description="p95 time-to-first-token limit, ms.")
+    tpot_p95_ms: PositiveFloat = Field(
+        50.0, description="p95 time-per-output-token limit, ms (after the first token, per request)."
     )
 
 

@@ -17,10 +17,9 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
 # `--slo` spells its limits as the scenario's `slo` block does (one name for one limit, in YAML and on the command
-# line); the planner judges the p95 against them. The old command-line spellings still work, with a warning.
-KEYS = ("ttft_ms", "tpot_ms", "attainment")
-DEPRECATED = {"ttft_p95_ms": "ttft_ms", "tpot_p95_ms": "tpot_ms"}
-FIELDS = {"ttft_ms": "ttft_p95_ms", "tpot_ms": "tpot_p95_ms", "attainment": "attainment"}
+# line). The old file spellings (`ttft_ms`, `tpot_ms`) still work, with a warning.
+KEYS = ("ttft_p95_ms", "tpot_p95_ms", "attainment")
+DEPRECATED = {"ttft_ms": "ttft_p95_ms", "tpot_ms": "tpot_p95_ms"}
 
 
 def _stderr_warning(message: str) -> None:
@@ -43,17 +42,17 @@ class SLO:
 
     @classmethod
     def parse(cls, text: str | None, sc: Scenario | ScenarioSLO, warn: Callable[[str], None] = _stderr_warning) -> SLO:
-        """`ttft_ms=2000,tpot_ms=60[,attainment=0.99]` (p95 limits); a limit left out is the scenario's `slo`
-        (or the `slo` block given)."""
+        """`ttft_p95_ms=2000,tpot_p95_ms=60[,attainment=0.99]`; a limit left out is the scenario's `slo` (or the
+        `slo` block given)."""
         base = sc.slo if isinstance(sc, Scenario) else sc
-        values: dict[str, float] = {"ttft_p95_ms": base.ttft_ms, "tpot_p95_ms": base.tpot_ms}
+        values: dict[str, float] = {"ttft_p95_ms": base.ttft_p95_ms, "tpot_p95_ms": base.tpot_p95_ms}
         for item in (text or "").split(","):
             if not item.strip():
                 continue
             key, sep, raw = item.partition("=")
             key = key.strip()
             if sep and key in DEPRECATED:
-                warn(f"--slo {key} is deprecated, use {DEPRECATED[key]} (the scenario's slo key; judged at p95)")
+                warn(f"--slo {key} is deprecated, use {DEPRECATED[key]} (the scenario's slo key)")
                 key = DEPRECATED[key]
             if not sep or key not in KEYS:
                 raise InputError(f"--slo {item.strip()!r}: expected KEY=VALUE with KEY one of {', '.join(KEYS)}")
@@ -65,17 +64,17 @@ class SLO:
                 raise InputError(f"--slo {key}: must be a positive number, got {raw.strip()}")
             if key == "attainment" and v > 1:
                 raise InputError(f"--slo attainment: a share of requests in (0, 1], got {raw.strip()}")
-            values[FIELDS[key]] = v
+            values[key] = v
         return cls(**values)  # type: ignore[arg-type]
 
     def option(self) -> str:
         """This SLO as `--slo` takes it."""
-        text = f"ttft_ms={self.ttft_p95_ms:g},tpot_ms={self.tpot_p95_ms:g}"
+        text = f"ttft_p95_ms={self.ttft_p95_ms:g},tpot_p95_ms={self.tpot_p95_ms:g}"
         return text + (f",attainment={self.attainment:g}" if self.attainment is not None else "")
 
     def overrides(self) -> dict[str, float]:
         """The scenario's per-request limits set to this SLO's, so a Result's `slo_attainment` counts against them."""
-        return {"slo.ttft_ms": self.ttft_p95_ms, "slo.tpot_ms": self.tpot_p95_ms}
+        return {"slo.ttft_p95_ms": self.ttft_p95_ms, "slo.tpot_p95_ms": self.tpot_p95_ms}
 
     def describe(self) -> str:
         s = f"p95 TTFT <= {self.ttft_p95_ms:,g} ms, p95 TPOT <= {self.tpot_p95_ms:,g} ms"

@@ -42,8 +42,8 @@ class Ask:
     concurrency: int | None = None  # closed loop: N clients
     prompt_tokens: int = 4096
     output_tokens: int = 512
-    ttft_ms: float = 2000.0
-    tpot_ms: float = 50.0
+    ttft_p95_ms: float = 2000.0
+    tpot_p95_ms: float = 50.0
     duration_s: float = 60.0
     name: str | None = None
 
@@ -104,7 +104,7 @@ def _text(ask: Ask, layout: Layout, command: str, why: list[str]) -> str:
         ),
         _c(f"  output_tokens: {ask.output_tokens}"),
         "# run's 'SLO attainment' is the share of requests within both limits; plan and max-rate judge the p95",
-        f"slo: {{ttft_ms: {ask.ttft_ms:g}, tpot_ms: {ask.tpot_ms:g}}}",
+        f"slo: {{ttft_p95_ms: {ask.ttft_p95_ms:g}, tpot_p95_ms: {ask.tpot_p95_ms:g}}}",
         _c("seed: 0", "the same scenario and seed give the same result, bit for bit"),
     ]
     return "\n".join(lines) + "\n"

@@ -67,8 +67,8 @@ def run_charts(result: dict[str, Any], ttft_ms: np.ndarray, tpot_ms: np.ndarray,
     plt = _pyplot()
     name, slo = result["scenario"]["name"], result["scenario"]["slo"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    _cdf(a, ttft_ms, slo["ttft_ms"], "TTFT (ms)")
-    _cdf(b, tpot_ms, slo["tpot_ms"], "TPOT (ms per output token)")
+    _cdf(a, ttft_ms, slo["ttft_p95_ms"], "TTFT (ms)")
+    _cdf(b, tpot_ms, slo["tpot_p95_ms"], "TPOT (ms per output token)")
     fig.suptitle(_t(f"{name}: latency per request (modeled)"))
     latency = _png(fig)
 

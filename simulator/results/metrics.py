@@ -68,8 +68,8 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
     slo_ok = sum(
         1
         for r in done
-        if (r.first_token - r.arrival) * 1e3 <= sc.slo.ttft_ms
-        and (r.output <= 1 or (r.finish - r.first_token) * 1e3 / (r.output - 1) <= sc.slo.tpot_ms)
+        if (r.first_token - r.arrival) * 1e3 <= sc.slo.ttft_p95_ms
+        and (r.output <= 1 or (r.finish - r.first_token) * 1e3 / (r.output - 1) <= sc.slo.tpot_p95_ms)
     )
     entry = run.pools[run.entry].instances
     lookups = sum(i.lookup_tokens for i in entry)
