@@ -199,3 +199,31 @@ def test_two_batch_overlap_needs_dp_attention() -> None:
     with pytest.raises(InputError, match=r"deployment\.decode\.two_batch_overlap: .* needs dp > 1"):
         scenario(**{"deployment.decode": {**DP2, "dp": 1, "two_batch_overlap": True}})
     assert "two_batch_overlap" not in scenario().deployment.decode.model_dump()  # off: the pool's bytes as before
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_routing_load_is_the_ranks_load_written_out(monkeypatch: pytest.MonkeyPatch, dp: int) -> None:
+    """`Instance.kv_load` writes `Rank.load` out for speed (routing reads every instance per request): at every
+    routing decision of a run it equals the sum of its ranks' `load` at the steps started by then."""
+    from simulator.engine.instance import Instance
+
+    checked = []
+    real = Instance.kv_load
+
+    def kv_load(self: Instance, t: float) -> int:
+        k = self._started(t)
+        want = sum(r.load(k) for r in self.ranks)
+        got = real(self, t)
+        assert got == want
+        checked.append(got)
+        return got
+
+    monkeypatch.setattr(Instance, "kv_load", kv_load)
+    pool = DP2 if dp == 2 else {**DP2, "dp": 1, "ep": 1}
+    over = {
+        "deployment.decode": {**pool, "instances": 2},
+        "routing": {"policy": "least_kv"},
+        "traffic": {"rate": 200.0, "requests": 300, "prompt_tokens": 200, "output_tokens": 40},
+    }
+    result, _ = simulate(scenario(**over))
+    assert result["metrics"]["completed"] > 0 and len(checked) > 10 and max(checked) > 0

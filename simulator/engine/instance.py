@@ -23,15 +23,17 @@ import numpy as np
 import simpy
 
 from simulator.config.scenario import Pool
-from simulator.engine.stats import InstanceStats, PageChanges, wait_for_run
+from simulator.engine.stats import InstanceStats, wait_for_run
 from simulator.engine.timer import StepTimer
 from simulator.pricing.costmodel import CostModel
 from simulator.results.record import InstanceRun, PageLog, RankRun
-from simulator.serving.rank import Booked, Rank
+from simulator.serving.rank import Rank
 from simulator.serving.routing import dp_rank
 from simulator.serving.scheduler import Counters, Scheduler, StepEvents
 from simulator.serving.sequence import Seq
 from simulator.workload.request import Request
+
+NO_RUN = 1 << 62  # a run length longer than any: no rank has anything to run
 
 
 class Driver(Protocol):
@@ -77,8 +79,8 @@ class Instance:
         self._run_start = 0.0
         self._run_ends: list[float] = []
         self._rank_of: dict[int, Rank] = {}  # request id -> its rank, while the instance needs to look it up
+        self._transfers = 0  # transfers queued on the ranks and not started (`pending`, read after every run)
         self.stats = InstanceStats()
-        self.logs = [PageChanges() for _ in ranks]  # pages held, rank by rank
         self.env.process(self._loop())
 
     # -- placing requests on ranks ------------------------------------------------------------------------
@@ -114,13 +116,15 @@ class Instance:
 
     def queue_transfer(self, dseq: Seq, pseq: Seq, src: Instance) -> None:
         self._rank(dseq.req.id, keep=True).queue_transfer(dseq, pseq, src)
+        self._transfers += 1
 
     def start_transfers(self, t: float) -> Iterator[tuple[Seq, Seq, Instance, int]]:
         """Each rank's transfers that start at time t (FCFS per rank), the pages they hold logged then."""
-        for i, r in enumerate(self.ranks):
+        for r in self.ranks:
             avail = r.cache.available
             for started in r.start_transfers():
-                self.logs[i].pages_changed(t, avail - r.cache.available)
+                self._transfers -= 1
+                r.log.pages_changed(t, avail - r.cache.available)
                 avail = r.cache.available
                 yield started
 
@@ -136,17 +140,22 @@ class Instance:
         rank = self._rank(seq.req.id)
         avail = rank.cache.available
         rank.release(seq)
-        self.logs[rank.index].pages_changed(t, avail - rank.cache.available)
+        rank.log.pages_changed(t, avail - rank.cache.available)
 
     @property
     def pending(self) -> bool:
         """Transfers waiting for room here."""
-        return any(r.pending for r in self.ranks)
+        return self._transfers > 0
 
     def has_waiting(self) -> bool:
+        if self.single:
+            return bool(self.ranks[0].sched.waiting)
         return any(r.sched.waiting for r in self.ranks)
 
     def queued_tokens(self) -> int:
+        """Prompt tokens queued or prefilling here (prefill routing reads every instance per request)."""
+        if self.single:
+            return self.ranks[0].sched.queued_tokens()
         return sum(r.sched.queued_tokens() for r in self.ranks)
 
     def prefix_pages(self, req: Request) -> int:
@@ -183,9 +192,21 @@ class Instance:
 
     def kv_load(self, t: float) -> int:
         """What least-KV routing compares: pages held at time t (the run's steps started by then included) plus
-        pages of transfers waiting to start."""
-        k = self._started(t)
-        return sum(r.load(k) for r in self.ranks)
+        pages of transfers waiting to start — Σ of the ranks' `Rank.load` at the steps started by t. Routing reads
+        every instance for every request, so `Rank.load` is written out here (a test holds the two equal)."""
+        ends = self._run_ends
+        k = bisect_left(ends, t) + 1  # = self._started(t)
+        if k > len(ends):
+            k = len(ends)
+        load = 0
+        for r in self.ranks:
+            cache, g = r.cache, r.run_growth
+            load += cache.num_pages - cache.available + r.pending_pages
+            if g is not None:
+                b = r.run_plan.booked  # type: ignore[union-attr]
+                if k > b:
+                    load += g[k - 1] - (g[b - 1] if b else 0)
+        return load
 
     def used_pages(self, t: float) -> int:
         """Pages held at time t, the run's steps started by then included (read-only: must not cut or book)."""
@@ -194,26 +215,16 @@ class Instance:
     def settle(self, t: float) -> None:
         """Book every rank's pages of the steps started by time t, before anything else touches its cache."""
         k = self._started(t)
-        for i, r in enumerate(self.ranks):
-            self._log_booked(i, r.book_to(k))
-
-    def _log_booked(self, i: int, booked: Booked) -> None:
-        """Log the pages rank i's run took at each step's start."""
-        steps, counts = booked
-        if steps:
-            ends, start = self._run_ends, self._run_start  # a step starts when the one before it ends
-            log = self.logs[i]
-            log.page_t += [ends[step - 1] if step else start for step in steps]
-            log.page_d += counts
-
-    def _log_released(self, i: int, t: float, avail: int) -> None:
-        """Log what rank i's cache gave back since it had `avail` pages free."""
-        self.logs[i].pages_changed(t, avail - self.ranks[i].cache.available)
+        for r in self.ranks:
+            r.settle(k, self._run_ends, self._run_start)
 
     def run_needs_more_than_free(self) -> bool:
         """True when the run in flight can no longer book all its remaining steps' pages on some rank."""
         n = len(self._run_ends)
-        return any(r.short_of_pages(n) for r in self.ranks)
+        for r in self.ranks:
+            if r.short_of_pages(n):
+                return True
+        return False
 
     def notify(self, at: float) -> None:
         self.wake_at = max(self.wake_at, at)
@@ -228,64 +239,66 @@ class Instance:
         self.clock = max(self.clock, self.wake_at)
 
     def _loop(self) -> Iterator[Any]:
+        """Each run of steps: every rank schedules and begins its plan (the first step takes its pages), the step
+        timer says when the steps end, the instance waits them out (or until an outside event cuts the run at the
+        step in flight), then every rank books the steps that ran and advances by them."""
         sim, st, ranks = self.sim, self.stats, self.ranks
         while True:
-            if not any(r.busy() for r in ranks):  # nothing to decide
-                yield from self._sleep()
-                continue
-            plans = []
-            for i, r in enumerate(ranks):
-                avail = r.cache.available
-                plans.append(r.sched.schedule())
-                self._log_released(i, self.clock, avail)  # preemptions' and aborts' releases
-            if all(p.empty for p in plans):
-                sim.after_schedule(self)
+            idle = not self._transfers
+            for r in ranks:
+                if idle and (r.sched.waiting or r.sched.running):
+                    idle = False
+            if idle:  # nothing to decide
                 yield from self._sleep()
                 continue
             self._run_ends, self._run_start = [], self.clock
-            for i, (r, p) in enumerate(zip(ranks, plans, strict=True)):
-                self._log_booked(i, r.begin(p))  # a decode run's first step takes its pages now
-            if self.pending or any(r.sched.aborted for r in ranks):
+            plans, n, aborted = [], NO_RUN, False
+            for r in ranks:
+                p, k = r.start(self.clock, sim.step_mode)
+                plans.append(p)
+                aborted = aborted or bool(r.sched.aborted)
+                if k and k < n:  # the run lasts until the first rank's plan must change
+                    n = k
+            if n == NO_RUN:  # no rank has anything to run
                 sim.after_schedule(self)
-            if sim.step_mode:
-                n = 1
-            else:
-                n = min(r.sched.steps_until_change(p) for r, p in zip(ranks, plans, strict=True) if not p.empty)
+                yield from self._sleep()
+                continue
+            if self._transfers or aborted:
+                sim.after_schedule(self)
             ends, priced = self.timer.time_run(self, plans, n)
             self._run_ends = ends
-            for r in ranks:
-                r.planned(n)
             m = yield from wait_for_run(self, ends, n)
             if priced is not None:
                 priced.charge(m, self.cost.usage)
+            if self.single:
+                ev = ranks[0].finish(plans[0], m, ends, self._run_start)
+                batch = busiest = len(plans[0].decode)
+            else:  # the ranks' events of one run as the instance's
+                ev, batch, busiest = StepEvents(), 0, 0
+                for r, p in zip(ranks, plans, strict=True):
+                    done = r.finish(p, m, ends, self._run_start)
+                    ev.first_tokens += done.first_tokens
+                    ev.finished += done.finished
+                    ev.prefilled += done.prefilled
+                    batch += len(p.decode)
+                    busiest = max(busiest, len(p.decode))
             end = ends[m - 1]
-            events = []
-            batch = busiest = 0
-            for i, (r, p) in enumerate(zip(ranks, plans, strict=True)):
-                if p.decode:
-                    self._log_booked(i, r.book_to(m))
-                r.end_run()
-                avail = r.cache.available
-                events.append(r.sched.advance(p, m))
-                self._log_released(i, end, avail)  # completions' releases
-                batch += len(p.decode)
-                busiest = max(busiest, len(p.decode))
             st.busy_s += end - self.clock
             st.steps += m
             if batch:
                 st.decode_seq_steps += m * batch
                 st.busiest_seq_steps += m * busiest
-                st.max_batch = max(st.max_batch, batch)
+                if batch > st.max_batch:
+                    st.max_batch = batch
             self.clock = end
-            ev = events[0] if self.single else _merged(events)
-            if ev.finished or ev.prefilled or ev.first_tokens or self.pending:
+            if ev.finished or ev.prefilled or ev.first_tokens or self._transfers:
                 sim.on_events(self, ev, ends)
 
     # -- what the run leaves ----------------------------------------------------------------------------------
     def run_record(self) -> InstanceRun:
         """What the run left on this instance (and, under DP attention, on each of its ranks), as plain data."""
         st = self.stats
-        logs = [PageLog(r.cache.num_pages, *log.page_changes()) for r, log in zip(self.ranks, self.logs, strict=True)]
+        logs = [PageLog(r.cache.num_pages, *r.log.page_changes()) for r in self.ranks]
         ranks = tuple(
             RankRun(g, r.cache.lookup_tokens, r.cache.hit_tokens) for g, r in zip(logs, self.ranks, strict=True)
         )
@@ -305,13 +318,3 @@ class Instance:
             counters=self.counters,
             ranks=ranks,
         )
-
-
-def _merged(events: list[StepEvents]) -> StepEvents:
-    """The ranks' events of one run as the instance's."""
-    out = StepEvents()
-    for ev in events:
-        out.first_tokens += ev.first_tokens
-        out.finished += ev.finished
-        out.prefilled += ev.prefilled
-    return out

@@ -1,13 +1,12 @@
-"""What an instance records (busy time, steps, pages held over time) and how it waits out a run of steps."""
+"""What an instance records (busy time, steps, batches) and how it waits out a run of steps."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 import simpy
 
 
@@ -20,24 +19,6 @@ class InstanceStats:
     decode_seq_steps: int = 0  # Σ over steps of the decode batch, all ranks: mean batch = this / steps
     busiest_seq_steps: int = 0  # Σ over steps of the busiest rank's decode batch
     max_batch: int = 0
-
-
-@dataclass
-class PageChanges:
-    """KV pages held by one rank, as (time, change) pairs: changes commute, so the record is the same however the
-    clock was cut into runs, and the occupancy curve is their running sum in time order."""
-
-    page_t: list[float] = field(default_factory=list)
-    page_d: list[int] = field(default_factory=list)
-
-    def pages_changed(self, t: float, delta: int) -> None:
-        if delta:
-            self.page_t.append(t)
-            self.page_d.append(delta)
-
-    def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
-        """All (time, change) pairs, in no particular order."""
-        return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
 
 
 RUN_END = object()  # the value of a wake-up by the run's own timer

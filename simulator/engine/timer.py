@@ -69,28 +69,25 @@ class CostTimer:
         pass
 
     def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:
-        if len(plans) == 1:
-            return rank_run(inst.cost, inst.ranks[0].sched, plans[0], n, inst.clock)
-        pricer = self._dp.get(inst.pool_name)
-        if pricer is None:
-            pricer = self._dp[inst.pool_name] = DPSteps(inst.cost)
-        return dp_run(pricer, inst, plans, n)
-
-
-def rank_run(cost: CostModel, sched: Any, plan: Plan, n: int, clock: float) -> Timed:
-    """End times of one rank's next n steps. A step with prefill chunks is always a run of one, so it is charged
-    at once; a decode run is charged for the steps that ran."""
-    if plan.prefill:
-        d = plan.decode
-        chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
-        t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
-        return [clock + t], None
-    growth = sched.growth(plan, n)
-    if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
-        priced = cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
-        return np.add.accumulate(np.concatenate(([clock], priced.us * 1e-6)))[1:].tolist(), priced
-    priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
-    return ends, priced
+        """One rank's next n steps by its pool's cost model (a step with prefill chunks is always a run of one,
+        charged at once; a decode run is charged for the steps that ran), or a DP instance's lock-step steps."""
+        if len(plans) > 1:
+            pricer = self._dp.get(inst.pool_name)
+            if pricer is None:
+                pricer = self._dp[inst.pool_name] = DPSteps(inst.cost)
+            return dp_run(pricer, inst, plans, n)
+        plan, cost, clock = plans[0], inst.cost, inst.clock
+        if plan.prefill:
+            d = plan.decode
+            chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
+            t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            return [clock + t], None
+        growth = inst.ranks[0].sched.growth(plan, n)
+        if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
+            priced = cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
+            return np.add.accumulate(np.concatenate(([clock], priced.us * 1e-6)))[1:].tolist(), priced
+        priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
+        return ends, priced
 
 
 def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int) -> Timed:

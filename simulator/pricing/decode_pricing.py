@@ -160,12 +160,8 @@ class DecodeSteps:
         pricing = self.pricing
         var_us = us - pricing.fixed.us * k
         if roof_us is None:
-            usage.add("fallback", var_us * 1e-6)
+            table, fallback = 0.0, var_us * 1e-6
         else:
-            usage.add("table", (var_us - roof_us) * 1e-6)
-            usage.add("fallback", roof_us * 1e-6)
-        for src, fixed_s in pricing.by_source:
-            usage.add(src, fixed_s * k)
-        usage.charge_steps(pricing, k)
-        for (fam, _, ops), n in zip(self.misses, missed, strict=True):
-            usage.count(fam, n * ops)
+            table, fallback = (var_us - roof_us) * 1e-6, roof_us * 1e-6
+        ops = [(fam, n * per) for (fam, _, per), n in zip(self.misses, missed, strict=True)] if self.misses else []
+        usage.book_steps(pricing, k, table, fallback, pricing.by_source, ops)

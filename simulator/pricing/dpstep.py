@@ -192,7 +192,7 @@ class DPSteps:
             us += drafts.us
             for src, s in drafts.by_source.items():
                 usage.add(src, s * 1e-6)
-            usage.count_all(drafts.fallbacks)
+            usage.count_all(drafts.fallbacks.items())
         if self.overlap:
             comm = Usage()
             a2a = self._a2a_line.charge(tokens, comm)

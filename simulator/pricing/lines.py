@@ -56,8 +56,8 @@ class Line:
         charge = self._charges[x] if x < len(self._charges) else None
         us, table, fallback, collective, ops = self._charge(x) if charge is None else charge
         usage.add_sources(table, fallback, collective)
-        for fam, k in ops:
-            usage.count(fam, k)
+        if ops:
+            usage.count_all(ops)
         return us
 
     def values(self, xs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -114,8 +114,8 @@ class Part:
 
     def charge(self, usage: Usage) -> float:
         usage.add_sources(self.table * 1e-6, self.fallback * 1e-6, self.collective * 1e-6)
-        for fam, k in self.fallbacks:
-            usage.count(fam, k)
+        if self.fallbacks:
+            usage.count_all(self.fallbacks)
         return self.us
 
 

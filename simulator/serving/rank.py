@@ -6,19 +6,20 @@ modeled clock and the replay executor make the same decisions:
 
 * building the ranks of an instance from a pool (cache, integrity tracker, scheduler, the seeds they draw from);
 * beginning a plan: a run's first step takes its pages before anything else may (transfers waiting for room
-  get what is left), and later steps take theirs as their start times pass (`book_to`);
+  get what is left), and later steps take theirs as their start times pass (`settle`);
 * the transfer queue of a decode rank: FCFS, pages held from the start of a transfer, and a finished transfer
   joins the batch (publishing its prefix keys) only after the clock has booked the steps started by then;
 * the hand-off of a prefilled request: the sequence a decode rank receives.
 
 Each question a clock asks comes as a pair in the manner of a block manager's `can_allocate` / `allocate`:
-`unbooked` / `book_to`, `short_of_pages` / `begin`, `load` (what routing compares) beside `queue_transfer`.
+`unbooked` / `settle`, `short_of_pages` / `start`, `load` (what routing compares) beside `queue_transfer`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,13 +28,29 @@ from simulator.capacity import PoolCapacity
 from simulator.config.scenario import Pool, Scenario
 from simulator.serving.cache import PagedCache
 from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker
-from simulator.serving.scheduler import Counters, Plan, Scheduler
+from simulator.serving.scheduler import Counters, Plan, Scheduler, StepEvents
 from simulator.serving.sequence import Seq
 from simulator.serving.speculation import Speculation
 from simulator.workload.request import Request
 
-Booked = tuple[list[int], list[int]]  # the steps of a run that took pages, and how many each
-NOTHING: Booked = ([], [])
+
+@dataclass
+class PageChanges:
+    """KV pages held by one rank, as (time, change) pairs at the times its clock names: changes commute, so the
+    record is the same however the clock was cut into runs, and the occupancy curve is their running sum in time
+    order."""
+
+    page_t: list[float] = field(default_factory=list)
+    page_d: list[int] = field(default_factory=list)
+
+    def pages_changed(self, t: float, delta: int) -> None:
+        if delta:
+            self.page_t.append(t)
+            self.page_d.append(delta)
+
+    def page_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """All (time, change) pairs, in no particular order."""
+        return np.array(self.page_t, dtype=float), np.array(self.page_d, dtype=np.int64)
 
 
 def build_ranks(
@@ -113,9 +130,11 @@ class Rank:
         self.pending: deque[tuple[Seq, Seq, Any]] = deque()  # decode: (seq here, seq on prefill, its instance)
         self.pending_pages = 0  # pages the pending transfers will hold (routing reads it per request)
         # The run of steps in flight: its plan and the decode batch's cumulative new pages after each step, as
-        # ints (routing reads two per rank per request). None between runs and for a run without decode.
-        self._run_plan: Plan | None = None
-        self._run_growth: list[int] | None = None
+        # ints. None between runs and for a run without decode. Read-only outside this class: routing reads two of
+        # them per rank per request (`load`, and the instance's `kv_load`, which writes `load` out).
+        self.run_plan: Plan | None = None
+        self.run_growth: list[int] | None = None
+        self.log = PageChanges()  # pages held over the run, at the times the clock names
 
     # -- requests arriving ---------------------------------------------------------------------------------
     def enqueue_new(self, req: Request) -> None:
@@ -149,10 +168,6 @@ class Rank:
     def counters(self) -> Counters:
         return self.sched.counters
 
-    def busy(self) -> bool:
-        """Whether anything here is left to decide: queued, running or waiting to transfer."""
-        return bool(self.sched.waiting or self.sched.running or self.pending)
-
     # -- the transfer queue --------------------------------------------------------------------------------
     def queue_transfer(self, dseq: Seq, pseq: Seq, src: Any) -> None:
         """A prefilled request waits here (FCFS) for room to start its KV transfer."""
@@ -172,52 +187,63 @@ class Rank:
 
     def finish_transfer(self, dseq: Seq) -> None:
         """A transfer landed: the sequence joins the batch at the next plan. The clock books the steps started
-        by the landing time first (`book_to`), so publishing its keys comes after those steps' evictions."""
+        by the landing time first (`settle`), so publishing its keys comes after those steps' evictions."""
         self.sched.start_decode(dseq)
 
-    # -- runs of steps -------------------------------------------------------------------------------------
-    def begin(self, plan: Plan) -> Booked:
-        """A run starts: its first step takes its pages now, before transfers waiting for room may start."""
-        self._run_plan = plan
+    # -- a run of steps as the clock drives it: start, settle as step starts pass, finish ----------
+    def start(self, now: float, one_step: bool = False) -> tuple[Plan, int]:
+        """Schedule the next run and begin it at time `now`: its first step takes its pages now, before transfers
+        waiting for room may start; preemptions' and aborts' releases and those pages are logged at `now`. Returns
+        the plan and how many identical steps it can run (0: nothing to run; 1 with `one_step`, a clock that runs
+        one step at a time). Routing reads the pages those steps will take (`run_growth`); a clock that runs fewer
+        of them (the first of a DP instance's ranks to change ends every rank's run) reads only as far as it ran."""
+        cache = self.cache
+        avail = cache.available
+        sched = self.sched
+        plan = sched.schedule()
+        if avail != cache.available:
+            self.log.pages_changed(now, avail - cache.available)
+        self.run_plan = plan
         if not plan.decode:
-            return NOTHING
+            return plan, 1 if plan.prefill else 0
         g0 = int(plan.need[0])  # type: ignore[index]  # the pages of the first step (need is per coming step)
-        self._run_growth = [g0]
+        self.run_growth = [g0]
         if g0:
-            return self.book_to(1)
-        plan.booked = 1
-        return NOTHING
-
-    def planned(self, n: int) -> None:
-        """The clock decided the run is n steps long: routing reads the pages its steps will take."""
-        plan = self._run_plan
-        if n > 1 and plan is not None and plan.decode:
-            self._run_growth = plan.growth[:n].tolist()  # type: ignore[index]
+            self.settle(1, [], now)
+        else:
+            plan.booked = 1
+        n = 1 if one_step else sched.steps_until_change(plan)
+        if n > 1:
+            self.run_growth = plan.growth[:n].tolist()  # type: ignore[index]
+        return plan, n
 
     def unbooked(self, k: int) -> int:
         """Pages the run's first k steps take that are not allocated yet (0 between runs)."""
-        plan, g = self._run_plan, self._run_growth
+        plan, g = self.run_plan, self.run_growth
         if plan is None or g is None or k <= plan.booked:
             return 0
         return g[k - 1] - (g[plan.booked - 1] if plan.booked else 0)
 
-    def book_to(self, k: int) -> Booked:
-        """Allocate the pages of the run's first k steps not yet allocated (nothing between runs); returns the
-        steps that took pages and how many each (most calls find them allocated or taking no page)."""
-        plan, g = self._run_plan, self._run_growth
+    def settle(self, k: int, ends: list[float], start: float) -> None:
+        """Allocate the pages of the run's first k steps not yet allocated (nothing between runs), before anything
+        else touches the cache, and log them at each step's start (`start`, then the end of the step before)."""
+        plan, g = self.run_plan, self.run_growth
         if plan is None or g is None:
-            return NOTHING
+            return
         b = plan.booked
         if k <= b:
-            return NOTHING
-        if g[k - 1] == (g[b - 1] if b else 0):  # none of steps b..k-1 takes a page
+            return
+        if g[k - 1] == (g[b - 1] if b else 0):  # none of steps b..k-1 takes a page (most calls)
             plan.booked = k
-            return NOTHING
-        return self.sched.book(plan, k)
+            return
+        steps, counts = self.sched.book(plan, k)
+        log = self.log
+        log.page_t += [ends[step - 1] if step else start for step in steps]
+        log.page_d += counts
 
     def short_of_pages(self, k: int) -> bool:
         """True when the run in flight can no longer book its first k steps' pages from what is free."""
-        return self._run_plan is not None and self.unbooked(k) > self.cache.available
+        return self.run_plan is not None and self.unbooked(k) > self.cache.available
 
     def load(self, k: int) -> int:
         """What least-KV routing compares, with the run's first k steps started: pages held (those steps' pages
@@ -225,5 +251,14 @@ class Rank:
         cache = self.cache
         return cache.num_pages - cache.available + self.pending_pages + self.unbooked(k)
 
-    def end_run(self) -> None:
-        self._run_plan = self._run_growth = None
+    def finish(self, plan: Plan, m: int, ends: list[float], start: float) -> StepEvents:
+        """The run's first m steps ran (ending at `ends`): book their pages, advance by them, log the releases."""
+        if plan.decode:
+            self.settle(m, ends, start)
+        self.run_plan = self.run_growth = None
+        cache = self.cache
+        avail = cache.available
+        ev = self.sched.advance(plan, m)
+        if avail != cache.available:
+            self.log.pages_changed(ends[m - 1], avail - cache.available)
+        return ev

@@ -140,7 +140,7 @@ class Scheduler:
         """A request that must prefill here (new, or preempted and recomputing)."""
         seq.status = "waiting"
         self.waiting.append(seq)
-        self._queued += seq.target - seq.computed
+        self._queued += seq.to_prefill()
 
     def queued_tokens(self) -> int:
         """Prompt tokens still to prefill here, queued or in progress (prefill routing reads it per request):
@@ -201,7 +201,7 @@ class Scheduler:
         if self._queued and len(self.running) > len(plan.decode):  # prompt tokens queued here: maybe prefilling
             for seq in self.running:
                 if seq.status == "prefill" and budget > 0:
-                    chunk = min(seq.target - seq.computed, self.chunk_size, budget)  # (not in the batch)
+                    chunk = min(seq.to_prefill(), self.chunk_size, budget)  # (not in the batch)
                     plan.prefill.append((seq, chunk))
                     budget -= chunk
         return bool(plan.prefill)
@@ -264,9 +264,8 @@ class Scheduler:
     def advance(self, plan: Plan, k: int) -> StepEvents:
         ev = StepEvents()
         for seq, chunk in plan.prefill:  # prefill plans are one step long; a prefilling sequence is not in the batch
-            seq.computed += chunk
             self._queued -= chunk
-            if seq.computed < seq.target:
+            if not seq.prefilled(chunk):
                 continue
             self.cache.publish(seq.table, seq.keys)
             if self.prefill_only:
@@ -357,17 +356,16 @@ class Scheduler:
             self.waiting.popleft()
             if seq.generated == 0:
                 self.cache.note_lookup(seq.req.prompt_tokens)
-            seq.computed = hit * self.cache.page_size  # a waiting sequence is not in the batch
-            if seq.computed >= seq.target:  # whole prompt cached: recompute the last token
-                seq.computed = seq.target - 1
-            self._queued -= seq.computed
+            cached = min(hit * self.cache.page_size, seq.target - 1)  # whole prompt cached: recompute the last token
+            seq.computed = cached  # (a waiting sequence is not in the batch)
+            self._queued -= cached
             seq.status = "prefill"
             self._admit(seq)
 
     def _preempt_newest(self) -> None:
         victim = max((s for s in self.running if s.status in ("decode", "prefill")), key=lambda s: s.order)
         if victim.status == "prefill":
-            self._queued -= victim.target - victim.computed
+            self._queued -= victim.to_prefill()
         self._set_status(victim, "waiting")
         self.running.remove(victim)
         release_after_fault(victim.table, self.cache, victim.fault)

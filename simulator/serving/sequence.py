@@ -14,6 +14,8 @@ from simulator.serving.integrity import Fault
 from simulator.serving.tables import BlockTable
 from simulator.workload.request import Request
 
+IN_BATCH = "a batch sequence's progress moves with the step count only"
+
 
 class StepCounter:
     """Decode steps an instance has applied; batch sequences count their progress from it."""
@@ -22,22 +24,6 @@ class StepCounter:
 
     def __init__(self) -> None:
         self.n = 0
-
-
-def _progress(attr: str, sign: int, doc: str) -> property:
-    """A count that moves by `sign` per decoded token while its sequence is in the batch; set only outside it."""
-
-    def get(seq: Seq) -> int:
-        if seq._origin is None:
-            return getattr(seq, attr)
-        return getattr(seq, attr) + sign * seq._gained()
-
-    def set_(seq: Seq, value: int) -> None:
-        if seq._origin is not None:
-            raise RuntimeError("a batch sequence's progress moves with the step count only")
-        setattr(seq, attr, value)
-
-    return property(get, set_, doc=doc)
 
 
 class Seq:
@@ -92,9 +78,48 @@ class Seq:
         moved = self._moved()
         return moved if self._gains is None else int(self._gains[moved])
 
-    computed = _progress("_computed", +1, "Tokens whose KV is in this instance's cache.")
-    remaining = _progress("_remaining", -1, "Output tokens this instance still has to produce.")
-    generated = _progress("_generated", +1, "Output tokens produced so far (a recompute must redo them).")
+    # Each count moves with the tokens decoded while the sequence is in the batch, and is set only outside it.
+    @property
+    def computed(self) -> int:
+        """Tokens whose KV is in this instance's cache."""
+        return self._computed if self._origin is None else self._computed + self._gained()
+
+    @computed.setter
+    def computed(self, value: int) -> None:
+        if self._origin is not None:
+            raise RuntimeError(IN_BATCH)
+        self._computed = value
+
+    @property
+    def remaining(self) -> int:
+        """Output tokens this instance still has to produce."""
+        return self._remaining if self._origin is None else self._remaining - self._gained()
+
+    @remaining.setter
+    def remaining(self, value: int) -> None:
+        if self._origin is not None:
+            raise RuntimeError(IN_BATCH)
+        self._remaining = value
+
+    @property
+    def generated(self) -> int:
+        """Output tokens produced so far (a recompute must redo them)."""
+        return self._generated if self._origin is None else self._generated + self._gained()
+
+    @generated.setter
+    def generated(self, value: int) -> None:
+        if self._origin is not None:
+            raise RuntimeError(IN_BATCH)
+        self._generated = value
+
+    def to_prefill(self) -> int:
+        """Tokens still to cache before it decodes (a sequence outside the batch)."""
+        return self.target - self._computed
+
+    def prefilled(self, chunk: int) -> bool:
+        """A chunk of its prompt is cached (outside the batch); True once all of it is."""
+        self._computed += chunk
+        return self._computed >= self.target
 
     @property
     def fault_in(self) -> int:
