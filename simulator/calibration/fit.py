@@ -11,7 +11,6 @@ pool's `fp8_kv_read_factor`, while the preset keeps the documented per-tile judg
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,10 +21,10 @@ import numpy as np
 
 from simulator.config.specs import HardwareSpec, RooflineFit
 from simulator.errors import InputError
-from simulator.pricing import roofline
+from simulator.pricing import profile_file, roofline
 from simulator.pricing.expert_routing import UNIFORM, Routing, parse_distribution
 from simulator.pricing.ops import FAMILIES
-from simulator.pricing.profile import ANY, AXES
+from simulator.pricing.profile import ANY, AXES, NUMERIC_KEYS
 
 HW_FIELDS = frozenset({"allreduce_latency_us"})  # fitted values that live on HardwareSpec itself
 
@@ -233,11 +232,10 @@ def _rms(r: np.ndarray) -> float:
 
 
 def fit_file(path: str | Path, hw: HardwareSpec) -> FitResult:
-    """`fit` on a profile file that a third party or the device profiler measured (a modeled one is refused)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: cannot read a profile ({e})") from None
-    if not isinstance(doc, dict) or doc.get("source") != "measured" or not isinstance(doc.get("kernels"), dict):
+    """`fit` on a profile file that a third party or the device profiler measured (a modeled one is refused); the
+    file is read and checked as any profile is (`profile_file`)."""
+    doc = profile_file.parse(path)
+    profile_file.check(doc, path, NUMERIC_KEYS)
+    if doc["source"] != "measured":
         raise InputError(f"{path}: fitting needs a measured profile (source: measured, with kernels)")
     return fit(doc, hw)
