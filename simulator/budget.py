@@ -45,11 +45,12 @@ class Limits:
     max_memory_gib: float = 2.0  # estimated memory of one run
     max_points: float = 1_000  # sweep points
     max_sweep_requests: float = 4_000_000  # over all of a sweep's points
+    max_replay_s: float = 3600.0  # wall time of a CPU replay: drawing its weights, its device budget, its longest step
 
     @classmethod
     def none(cls) -> Limits:
         inf = math.inf
-        return cls(inf, inf, inf, inf, inf)
+        return cls(inf, inf, inf, inf, inf, inf)
 
     def with_max_requests(self, n: int | None) -> Limits:
         return self if n is None else replace(self, max_requests=n, max_sweep_requests=max(n, self.max_sweep_requests))

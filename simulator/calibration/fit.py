@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.calibration.device_match import same_device
 from simulator.config.specs import HardwareSpec, RooflineFit
 from simulator.errors import InputError
 from simulator.pricing import profile_file, roofline
@@ -231,11 +232,17 @@ def _rms(r: np.ndarray) -> float:
     return float(np.sqrt(np.mean(r**2)))
 
 
-def fit_file(path: str | Path, hw: HardwareSpec) -> FitResult:
+def fit_file(path: str | Path, hw: HardwareSpec, allow_mismatch: bool = False) -> FitResult:
     """`fit` on a profile file that a third party or the device profiler measured (a modeled one is refused); the
-    file is read and checked as any profile is (`profile_file`)."""
+    file is read and checked as any profile is (`profile_file`). A profile measured on another device than `hw`
+    (a CPU profile fitted to the H200's roofline gives factors of no GPU) is refused unless `allow_mismatch`."""
     doc = profile_file.parse(path)
-    profile_file.check(doc, path, NUMERIC_KEYS)
+    checked = profile_file.check(doc, path, NUMERIC_KEYS)
     if doc["source"] != "measured":
         raise InputError(f"{path}: fitting needs a measured profile (source: measured, with kernels)")
+    if not allow_mismatch and not same_device(checked.device, hw.name):
+        raise InputError(
+            f"{path}: was measured on '{checked.device}', but the hardware fitted is '{hw.name}'; fit it to that "
+            "device's preset (--hardware), or pass --allow-profile-mismatch"
+        )
     return fit(doc, hw)
