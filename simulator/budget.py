@@ -31,8 +31,13 @@ BLOCK_BYTES = 40
 PAGE_BYTES = 120
 INSTANCE_BYTES = 300_000
 STEP_BYTES = 150  # one step of a run of identical decode steps, priced at once (its times, growth and pages)
+# a content block of a trace row while the trace is read: its id as read, the chained values, the tuple kept
+# (a Mooncake trace of 100,000 rows with 10,000,000 hash ids peaked at 1.31 GB: 86 B per block besides the rows)
+TRACE_BLOCK_BYTES = 100
 LENGTH_BYTES = 24  # one value of an empirical length file: its array, and the array each draw of lengths reads
-PROFILE_BYTES_FACTOR = 16  # per byte of a profile file: loading profiles/h200-sglang.json (5.3 MB) took 77 MB
+# per byte of a profile file, loaded: profiles/h200-sglang.json (5.3 MB) took 77 MB (14.6 per byte); a compact
+# table of 1,000,000 GEMM rows (31.6 MB) took 890 MB (28 per byte), the worst measured
+PROFILE_BYTES_FACTOR = 32
 GIB = 1 << 30
 
 
@@ -118,7 +123,7 @@ def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
         source = f"traffic.trace ({t.trace})"
         # every row is read and held (the cut to duration_s or requests comes after), each with its blocks
         what = f"{trace.rows:,} rows of {t.trace} with {trace.blocks:,} content blocks"
-        parts[(f"traffic.trace ({t.trace})", what)] = trace.rows * REQUEST_BYTES + trace.blocks * BLOCK_BYTES
+        parts[(f"traffic.trace ({t.trace})", what)] = trace.rows * REQUEST_BYTES + trace.blocks * TRACE_BLOCK_BYTES
         output_mean = trace.output_tokens / trace.rows if trace.rows else 0.0
     elif t.rate is not None:
         per_conversation = t.sessions.turns

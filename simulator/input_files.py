@@ -36,7 +36,7 @@ UPLOAD = Kind("uploaded scenario", 256 * KIB)  # the app: a scenario is a page o
 # A trace: the bundled Mooncake trace is 3 MB for 12,031 rows; a row of a 10^8-token prompt lists ~195,000 hash ids.
 TRACE = Kind("trace", 1 * GIB, max_lines=20_000_000, max_line_bytes=8 * MIB)
 LENGTHS = Kind("length file", 256 * MIB, max_lines=20_000_000, max_line_bytes=64)  # one integer per line
-PROFILE = Kind("profile", 64 * MIB)  # the largest bundled profile (140,000 measured rows) is 5.3 MB
+PROFILE = Kind("profile", 32 * MIB)  # the largest bundled profile (140,000 measured rows) is 5.3 MB
 AIC_TABLE = Kind("AIConfigurator table", 512 * MIB)  # a Parquet table; the largest shipped is a few MB
 AIC_META = Kind("AIConfigurator collection_meta.yaml", 1 * MIB)
 

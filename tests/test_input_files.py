@@ -122,11 +122,11 @@ def sc_of(text: str) -> object:
 
 
 def test_a_traces_content_blocks_enter_the_memory_estimate(tmp_path, monkeypatch, capsys) -> None:
-    """Ten rows of 10^8 prompt tokens in 1-token blocks: a few hundred bytes of trace, 10^9 block ids held (40
-    GB); the estimate counted its lines only."""
+    """Ten rows of 10^8 prompt tokens in 1-token blocks: a few hundred bytes of trace, 10^9 block ids held (tens
+    of GB); the estimate counted its lines only."""
     row = '{"arrival": 0, "prompt_tokens": 100000000, "output_tokens": 1, "block_tokens": 1}\n'
     err = refused(monkeypatch, capsys, "run", trace_scenario(tmp_path, row * 10, fmt="phaseplan"))
-    assert "traffic.trace (t.jsonl): the run would hold about 37.4 GiB, 37.3 GiB of it for 10 rows of t.jsonl" in err
+    assert "traffic.trace (t.jsonl): the run would hold about 93.3 GiB, 93.1 GiB of it for 10 rows of t.jsonl" in err
     assert "with 1,000,000,000 content blocks, over the limit of 2 GiB" in err
 
 
