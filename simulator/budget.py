@@ -34,7 +34,7 @@ STEP_BYTES = 150  # one step of a run of identical decode steps, priced at once 
 # a content block of a trace row while the trace is read: its id as read, the chained values, the tuple kept
 # (a Mooncake trace of 100,000 rows with 10,000,000 hash ids peaked at 1.31 GB: 86 B per block besides the rows)
 TRACE_BLOCK_BYTES = 100
-LENGTH_BYTES = 24  # one value of an empirical length file: its array, and the array each draw of lengths reads
+LENGTH_BYTES = 24  # one value of an empirical length file: the 8-byte array read once, and a draw's copies
 # per byte of a profile file, loaded: profiles/h200-sglang.json (5.3 MB) took 77 MB (14.6 per byte); a compact
 # table of 1,000,000 GEMM rows (31.6 MB) took 890 MB (28 per byte), the worst measured
 PROFILE_BYTES_FACTOR = 32

@@ -46,19 +46,25 @@ def read_lengths(path: Path) -> np.ndarray:
     return np.frombuffer(values, dtype=np.int64)
 
 
-@functools.lru_cache(maxsize=8)
-def _cached_stats(path: Path, size: int, mtime_ns: int) -> tuple[int, float]:
-    values = read_lengths(path)
-    return values.size, float(values.mean())
+@functools.lru_cache(maxsize=4)
+def _population(path: Path, size: int, mtime_ns: int) -> np.ndarray:
+    return read_lengths(path)
 
 
-def stats(path: Path) -> tuple[int, float]:
-    """(how many lengths, their mean) of a length file, for the work estimate; read once per file version."""
+def population(path: Path) -> np.ndarray:
+    """A length file's values, read once per version of the file (every draw of a run, and the work estimate
+    before it, reads the same array: re-reading a large file for each chunk of draws took minutes)."""
     try:
         st = path.stat()
     except OSError as e:
         raise InputError(f"{path}: cannot read length file ({e.strerror})") from None
-    return _cached_stats(path, st.st_size, st.st_mtime_ns)
+    return _population(path, st.st_size, st.st_mtime_ns)
+
+
+def stats(path: Path) -> tuple[int, float]:
+    """(how many lengths, their mean) of a length file, for the work estimate."""
+    values = population(path)
+    return values.size, float(values.mean())
 
 
 def sample(length: Length, rng: np.random.Generator, n: int, base_dir: Path | None = None) -> np.ndarray:
@@ -72,5 +78,5 @@ def sample(length: Length, rng: np.random.Generator, n: int, base_dir: Path | No
         x = np.rint(np.minimum(x, 2.0**53)).astype(np.int64)  # a far tail must not overflow the cast
     else:
         assert length.file is not None
-        x = rng.choice(read_lengths(resolve(length.file, base_dir)), size=n)
+        x = rng.choice(population(resolve(length.file, base_dir)), size=n)
     return np.clip(x, 1, length.max if length.max is not None else None)
