@@ -195,7 +195,7 @@ def register(
         max_requests: int | None,
     ) -> None:
         """The highest rate the configuration sustains within the SLO, and its cost per million tokens there."""
-        from phaseplan.preflight import check_fits
+        from phaseplan.preflight import check_fits, check_trace
         from simulator.config import loader
         from simulator.planning.maxrate import max_rate
         from simulator.planning.report import print_max_rate
@@ -205,6 +205,7 @@ def register(
         limits = SLO.parse(slo, sc)
         check_out(out, scenario, "max-rate")
         check_fits(sc, scenario, sets)  # a deployment that does not fit meets the SLO at no rate
+        check_trace(sc, scenario, work_limits(no_limits, max_requests))
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
             res = max_rate(
                 raw,
@@ -283,6 +284,7 @@ def register(
         max_requests: int | None,
     ) -> None:
         """The fewest GPUs (or lowest cost) that meet the SLO at --rate: winner, runners-up, rejected and why."""
+        from phaseplan.preflight import check_trace
         from simulator.config import loader
         from simulator.planning import space as spaces
         from simulator.planning.report import print_plan
@@ -291,6 +293,7 @@ def register(
 
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
+        check_trace(sc, scenario, work_limits(no_limits, max_requests))
         stem = (pareto_out or Path(".")) / f"{scenario.stem}-plan"
         if pareto_out is not None:  # checked before any candidate runs
             from simulator.atomic import check_target

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simulator import budget
+from simulator.budget import Limits
 from simulator.capacity import pool_capacity
 from simulator.config import loader
 from simulator.config.scenario import Scenario
@@ -18,3 +20,10 @@ def check_fits(sc: Scenario, scenario: Path, sets: tuple[str, ...] | list[str]) 
         cap = pool_capacity(sc.model, sc.hardware, pool)
         if not cap.fits:
             raise InputError(loader.locate(scenario, sets, f"deployment.{name}", cap.reason))
+
+
+def check_trace(sc: Scenario, scenario: Path, limits: Limits) -> None:
+    """A trace's rows and blocks checked against the work limits before a search reads its rate from it (every
+    trial holds the whole trace, at whatever speed-up)."""
+    if sc.traffic.trace is not None:
+        budget.check(sc, scenario.parent, limits)

@@ -104,11 +104,13 @@ def _profile_bytes(sc: Scenario, base_dir: Path | None) -> float:
     return input_files.size(path, input_files.PROFILE) * PROFILE_BYTES_FACTOR
 
 
-def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
+def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = None) -> Estimate:
     """Requests, output tokens and memory of one run of `sc` (upper-end estimates, not predictions). Every file
     the run reads is checked here first (a regular file within its size) and what it holds enters the estimate:
-    a trace's rows and their content blocks, an empirical length file's values, a profile's tables."""
+    a trace's rows and their content blocks, an empirical length file's values, a profile's tables. A trace is
+    read only as far as the memory limit of `limits` allows rows."""
     t = sc.traffic
+    lim = limits or Limits()
     parts: dict[tuple[str, str], float] = {}
     if sc.profile != "roofline":
         parts[("profile", f"the tables of {sc.profile}")] = _profile_bytes(sc, base_dir)
@@ -118,11 +120,16 @@ def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
         if n:
             parts[(f"traffic.{name}.file", f"the lengths of {getattr(t, name).file}")] = n
     if t.trace is not None:
-        trace = summary(t, base_dir)
+        cap = None if math.isinf(lim.max_memory_gib) else int(lim.max_memory_gib * GIB // REQUEST_BYTES)
+        trace = summary(t, base_dir, cap)
         requests: float = trace.rows
         source = f"traffic.trace ({t.trace})"
         # every row is read and held (the cut to duration_s or requests comes after), each with its blocks
-        what = f"{trace.rows:,} rows of {t.trace} with {trace.blocks:,} content blocks"
+        rows = f"{trace.rows:,}" if trace.complete else f"more than {cap:,}"
+        blocks = (
+            f" with {'at least ' if not trace.complete else ''}{trace.blocks:,} content blocks" if trace.blocks else ""
+        )
+        what = f"{rows} rows of {t.trace}{blocks}"
         parts[(f"traffic.trace ({t.trace})", what)] = trace.rows * REQUEST_BYTES + trace.blocks * TRACE_BLOCK_BYTES
         output_mean = trace.output_tokens / trace.rows if trace.rows else 0.0
     elif t.rate is not None:
@@ -153,7 +160,7 @@ def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
     # A run of decode steps lasts until a request ends or pages run out: at most the longest output, or what
     # an instance's KV holds (a longer request is rejected on arrival).
     kv_tokens = pool_capacity(sc.model, sc.hardware, sc.deployment.decode).kv_tokens
-    longest = largest(t.output_tokens) if t.trace is None else None
+    longest = largest(t.output_tokens) if t.trace is None else trace.longest_output
     steps = kv_tokens if longest is None else min(kv_tokens, longest)
     parts[("traffic.output_tokens", f"a run of up to {steps:,} decode steps priced at once")] = STEP_BYTES * steps
     return Estimate(requests, output, sum(parts.values()), source, parts)
@@ -163,7 +170,7 @@ def check(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = No
     """Refuse a run past `limits`, naming the field and the estimate; returns the estimate (a progress bar's
     total). `where` prefixes the message (a sweep point)."""
     lim = limits or Limits()
-    est = estimate(sc, base_dir)
+    est = estimate(sc, base_dir, lim)
     hint = "; pass --no-limits (or a higher --max-requests) to run it anyway"
     if est.requests > lim.max_requests:
         raise InputError(

@@ -126,7 +126,7 @@ def test_a_traces_content_blocks_enter_the_memory_estimate(tmp_path, monkeypatch
     of GB); the estimate counted its lines only."""
     row = '{"arrival": 0, "prompt_tokens": 100000000, "output_tokens": 1, "block_tokens": 1}\n'
     err = refused(monkeypatch, capsys, "run", trace_scenario(tmp_path, row * 10, fmt="phaseplan"))
-    assert "traffic.trace (t.jsonl): the run would hold about 93.3 GiB, 93.1 GiB of it for 10 rows of t.jsonl" in err
+    assert "traffic.trace (t.jsonl): the run would hold about 93.1 GiB, 93.1 GiB of it for 10 rows of t.jsonl" in err
     assert "with 1,000,000,000 content blocks, over the limit of 2 GiB" in err
 
 
@@ -304,3 +304,16 @@ def test_a_legitimate_trace_still_runs(tmp_path, monkeypatch, capsys) -> None:
     code, out, err = invoke(monkeypatch, capsys, "run", trace_scenario(tmp_path, rows), "--json")
     assert code == 0, err
     assert json.loads(out)["metrics"]["completed"] == 6
+
+
+def test_a_trace_is_read_only_as_far_as_the_memory_limit_allows(tmp_path) -> None:
+    """A trace of more rows than the memory limit holds is refused for its size once that many rows are read,
+    not parsed to its end first (a 1 GiB trace of small rows took minutes to refuse)."""
+    rows = '{"arrival": 0, "prompt_tokens": 10, "output_tokens": 1}\n' * 20_000 + "not json\n"
+    (tmp_path / "t.jsonl").write_text(rows)
+    sc = sc_of("model: llama-3.1-70b\ntraffic: {trace: t.jsonl, trace_format: phaseplan}\n")
+    small = budget.Limits(max_memory_gib=10_000 * budget.REQUEST_BYTES / budget.GIB)
+    with pytest.raises(InputError, match=r"the run would hold about .* for more than 10,000 rows of t.jsonl, over"):
+        budget.check(sc, tmp_path, small)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="t.jsonl: line 20001: not valid JSON"):
+        budget.check(sc, tmp_path)  # type: ignore[arg-type]

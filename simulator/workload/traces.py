@@ -310,52 +310,58 @@ class Summary:
 
     rows: int
     output_tokens: int  # over every row, each at least 1
+    longest_output: int
     blocks: int  # content blocks the rows' requests will carry
     arrivals: np.ndarray  # seconds at speed-up 1, sorted (relative to the earliest row for Azure)
+    complete: bool = True  # False: reading stopped after `max_rows` rows (there are more)
 
 
-def _summarise(path: Path, fmt: str) -> Summary:
-    outputs = blocks = 0
-    arrivals: list[float] = []
+def _rows(path: Path, fmt: str) -> Iterator[tuple[int, int, int]]:
+    """(arrival in the format's units, output tokens, content blocks) of each row, checked as reading checks."""
     if fmt == "phaseplan":
         for _, arrival, prompt, output, _, _, row_blocks, block_tokens in _phaseplan_rows(path):
-            arrivals.append(arrival)
-            outputs += max(1, output)
-            blocks += len(row_blocks) if row_blocks is not None else prompt // block_tokens
+            yield arrival, max(1, output), len(row_blocks) if row_blocks is not None else prompt // block_tokens
     elif fmt == "mooncake":
         for _, arrival, prompt, output, _ in _mooncake_rows(path):
-            arrivals.append(arrival)
-            outputs += max(1, output)
-            blocks += prompt // MOONCAKE_BLOCK
+            yield arrival, max(1, output), prompt // MOONCAKE_BLOCK
     else:
-        ticks = []
         for _, t, prompt, output in _azure_rows(path):
-            ticks.append(t)
-            outputs += max(1, output)
-            blocks += prompt // MOONCAKE_BLOCK
-        t0 = min(ticks, default=0)
-        arrivals = [(t - t0) / 1e7 for t in ticks]
-    return Summary(len(arrivals), outputs, blocks, np.sort(np.array(arrivals, dtype=float), kind="stable"))
+            yield t, max(1, output), prompt // MOONCAKE_BLOCK
+
+
+def _summarise(path: Path, fmt: str, max_rows: int | None) -> Summary:
+    outputs = longest = blocks = 0
+    times: list[Any] = []
+    for t, output, row_blocks in _rows(path, fmt):
+        if max_rows is not None and len(times) == max_rows:
+            return Summary(max_rows + 1, outputs, longest, blocks, np.empty(0), complete=False)
+        times.append(t)
+        outputs += output
+        longest = max(longest, output)
+        blocks += row_blocks
+    if fmt == "azure":
+        t0 = min(times, default=0)
+        times = [(t - t0) / 1e7 for t in times]  # as read_azure computes arrivals
+    return Summary(len(times), outputs, longest, blocks, np.sort(np.array(times, dtype=float), kind="stable"))
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_summary(path: Path, fmt: str, size: int, mtime_ns: int) -> Summary:
-    return _summarise(path, fmt)
+def _cached_summary(path: Path, fmt: str, size: int, mtime_ns: int, max_rows: int | None) -> Summary:
+    return _summarise(path, fmt, max_rows)
 
 
-def summary(traffic: Traffic, base_dir: Path | None = None) -> Summary:
-    """The scenario's trace summarised (validated row by row, as reading it would); the same file read again in
-    this process is not summarised again."""
+def summary(traffic: Traffic, base_dir: Path | None = None, max_rows: int | None = None) -> Summary:
+    """The scenario's trace summarised (validated row by row, as reading it would), reading at most `max_rows`
+    rows (a trace with more is summarised as incomplete: it is refused for its size, not read to its end); the
+    same file read again in this process is not summarised again."""
     assert traffic.trace is not None
     path = resolve(traffic.trace, base_dir)
     fmt = detect_format(path) if traffic.trace_format == "auto" else traffic.trace_format
     try:
         st = path.stat()
     except OSError:
-        st = None
-    if st is None:
-        return _summarise(path, fmt)  # the reader names the missing file
-    return _cached_summary(path, fmt, st.st_size, st.st_mtime_ns)
+        return _summarise(path, fmt, max_rows)  # the reader names the missing file
+    return _cached_summary(path, fmt, st.st_size, st.st_mtime_ns, max_rows)
 
 
 READERS: dict[str, Callable[[Path], list[Request]]] = {
