@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from simulator import input_files
-from simulator.config.bounds import BOUNDS, num
+from simulator.config.bounds import BOUNDS
+from simulator.config.bounds import format_number as num
 
 ROOT = Path(__file__).resolve().parents[1]
 WHERE = {  # schema class -> where its fields sit in a scenario
@@ -47,7 +48,7 @@ def short(v: float) -> str:
 def schema_rows() -> list[str]:
     rows = []
     for cls, where in WHERE.items():
-        fields = [(f, b) for (c, f), b in BOUNDS.items() if c == cls]
+        fields = sorted((f, b) for (c, f), b in BOUNDS.items() if c == cls)  # by name: BOUNDS' order may move
         if fields:
             text = "; ".join(f"`{f}` {short(lo)}–{short(hi)}" for f, (lo, hi, _) in fields)
             rows.append(f"| {where} | {text} |")
