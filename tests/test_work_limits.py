@@ -63,7 +63,7 @@ def test_replay_budget_must_be_finite(monkeypatch, capsys, value: str) -> None:
         (("max-rate", FLEET, "--start", "1e300"), "Invalid value for '--start': 1e+300 is not in the range"),
         (("max-rate", FLEET, "--start", "nan"), "Invalid value for '--start': 'nan' is not a finite number"),
         (("plan", FLEET, "--rate", "1e300"), "Invalid value for '--rate': 1e+300 is not in the range"),
-        (("max-rate", FLEET, "--slo", "ttft_ms=1e300"), "--slo ttft_ms: 1e+300 is out of range: ms must lie"),
+        (("max-rate", FLEET, "--slo", "ttft_p95_ms=1e300"), "--slo ttft_p95_ms: 1e+300 is out of range: ms must lie"),
         (("bench-sim", "--hours", "nan"), "Invalid value for '--hours': 'nan' is not a finite number"),
     ],
 )
@@ -87,7 +87,7 @@ def test_a_pool_that_does_not_fit_names_the_set_or_the_file(tmp_path, monkeypatc
 
 def test_max_rate_with_an_slo_no_rate_meets(monkeypatch, capsys) -> None:
     """It answered a rate at which no request arrived (0.0135 conversations/s: nothing to judge, so "met")."""
-    err = refused(monkeypatch, capsys, "max-rate", FLEET, "--slo", "tpot_ms=0.001", "--jobs", "1", seconds=60)
+    err = refused(monkeypatch, capsys, "max-rate", FLEET, "--slo", "tpot_p95_ms=0.001", "--jobs", "1", seconds=60)
     assert "max-rate: no rate meets the SLO (p95 TTFT <= 2,000 ms, p95 TPOT <= 0.001 ms); even " in err
     assert "misses TPOT" in err
 
