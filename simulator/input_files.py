@@ -1,5 +1,5 @@
-"""One reader for every file the program opens: scenarios, traces, length files, profiles, AIConfigurator tables
-and uploads.
+"""One reader for every file the program opens: scenarios, traces, length files, profiles, AIConfigurator tables,
+benchmark result files and uploads.
 
 Each kind of file has its limits here, checked before a byte is read: it must be a regular file (a FIFO without
 a writer blocks the open for ever, a device such as /dev/zero or /dev/urandom reads without end), no larger
@@ -39,8 +39,10 @@ LENGTHS = Kind("length file", 256 * MIB, max_lines=20_000_000, max_line_bytes=64
 PROFILE = Kind("profile", 32 * MIB)  # the largest bundled profile (140,000 measured rows) is 5.3 MB
 AIC_TABLE = Kind("AIConfigurator table", 512 * MIB)  # a Parquet table; the largest shipped is a few MB
 AIC_META = Kind("AIConfigurator collection_meta.yaml", 1 * MIB)
+# a serving benchmark's result file: with per-request details (vLLM --save-detailed, 10k requests) ~10 MiB
+BENCH = Kind("benchmark file", 64 * MIB)
 
-KINDS = (SCENARIO, UPLOAD, TRACE, LENGTHS, PROFILE, AIC_TABLE, AIC_META)
+KINDS = (SCENARIO, UPLOAD, TRACE, LENGTHS, PROFILE, AIC_TABLE, AIC_META, BENCH)
 
 
 def check_regular(path: str | Path, what: str) -> None:
