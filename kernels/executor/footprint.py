@@ -92,8 +92,10 @@ def rank(model: ModelSpec, pool: Pool) -> Rank:
             matrix = n
         elif p.component in ("attention", "indexer"):  # every layer has them
             per = n / model.layers
-            _add(dense, fmt, per) if n_dense else None
-            _add(moe, fmt, per) if n_moe else None
+            if n_dense:
+                _add(dense, fmt, per)
+            if n_moe:
+                _add(moe, fmt, per)
             active_dense, active_moe, matrix = active_dense + per, active_moe + per, per
         elif p.component == "dense_ffn":
             per = n / max(1, n_dense)
@@ -102,8 +104,9 @@ def rank(model: ModelSpec, pool: Pool) -> Rank:
         else:  # routed and shared experts, the router
             per = n / max(1, n_moe)
             _add(moe, fmt, per)
-            routed = p.component == "routed_experts" and model.moe is not None
-            active_moe += per * min(1.0, model.moe.top_k / model.moe.routed_experts) if routed else per  # type: ignore[union-attr]
+            moe_spec = model.moe
+            routed = p.component == "routed_experts" and moe_spec is not None
+            active_moe += per * min(1.0, moe_spec.top_k / moe_spec.routed_experts) if routed and moe_spec else per
             matrix = per * 2 / 3  # every local expert's gate and up in one stack
         if matrix > largest[1]:
             largest = (fmt, matrix)
