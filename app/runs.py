@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.scenario_io import Study
+from simulator import budget
 from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.engine.run import simulate
@@ -54,6 +55,12 @@ def scenario_for(study: Study, sets: dict[str, Any]) -> Scenario:
     """The study with `sets` applied, validated like `--set` (a bad value is one InputError line)."""
     data = loader.apply_overrides({k: v for k, v in study.raw.items() if k != "sweep"}, sets)
     return loader.validate(data, study.label, overridden=frozenset(sets))
+
+
+def check_work(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) -> None:
+    """Refuse knobs (or an upload) whose capped run the CLI's work limits refuse: 4,096 instances of page size 1
+    hold gigabytes however few requests run."""
+    budget.check(scenario_for(study, capped_sets(study, overrides, cap)), study.base_dir)
 
 
 def scenario_hash(sc: Scenario, study: Study) -> str:
@@ -133,6 +140,7 @@ def run(
     key = scenario_hash(sc, study)
     if cache is not None and (hit := cache.get(key)) is not None:
         return hit
+    budget.check(sc, study.base_dir)  # the work limits `phaseplan run` applies, before the run starts
     total = sc.traffic.requests or 0
     tick = (lambda done: on_progress(done, total)) if on_progress is not None else None
     result, ran = simulate(sc, study.base_dir, on_progress=tick)

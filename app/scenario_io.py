@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from simulator import input_files
 from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import to_csv
@@ -25,7 +26,7 @@ from simulator.workload.lengths import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
-MAX_UPLOAD_BYTES = 256 * 1024  # a scenario is a page of YAML; anything larger is not one
+MAX_UPLOAD_BYTES = input_files.UPLOAD.max_bytes  # a scenario is a page of YAML; anything larger is not one
 MAX_UPLOAD_DEPTH = 32  # a scenario nests a few levels; a deep file is built to exhaust the parser
 
 

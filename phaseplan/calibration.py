@@ -49,16 +49,25 @@ def aiconfigurator(
     help="A measured profile (e.g. profiles/h200-sglang.json).",
 )
 @click.option("--hardware", default="h200", show_default=True, help="Hardware preset whose roofline is fitted.")
-def profile_fit(path: Path, hardware: str) -> None:
+@click.option(
+    "--allow-profile-mismatch",
+    is_flag=True,
+    help="Fit a profile measured on another device than --hardware (its factors then describe neither).",
+)
+def profile_fit(path: Path, hardware: str, allow_profile_mismatch: bool) -> None:
     """Fit a hardware's roofline factors to a measured profile; prints residuals and the preset's YAML."""
     import yaml
 
     from simulator.calibration.fit import fit_file
     from simulator.config import presets
     from simulator.config.specs import HardwareSpec
+    from simulator.errors import InputError
 
-    hw = HardwareSpec(**presets.hardware(hardware))
-    result = fit_file(path, hw)
+    try:
+        hw = HardwareSpec(**presets.hardware(hardware))
+    except InputError as e:
+        raise InputError(f"--hardware {hardware}: {e}") from None
+    result = fit_file(path, hw, allow_profile_mismatch)
     click.echo("| group | entries | rms log error before | after | median roofline/measured before | after |")
     click.echo("|---|---:|---:|---:|---:|---:|")
     for r in result.residuals:

@@ -6,7 +6,9 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from rich.table import Table
 from phaseplan import planner
 from phaseplan.calibration import profile_fit, profile_import
 from simulator.config import loader
+from simulator.console import PlainConsole
 from simulator.errors import InputError
 from simulator.results import report
 from simulator.results.record import RunRecord
@@ -35,7 +38,8 @@ def report_width() -> int | None:
     return None if sys.stdout.isatty() else PIPED_WIDTH
 
 
-console = Console(highlight=False, width=report_width())
+# Everything from a file or an option prints as text, never as markup (simulator/console.py).
+console = PlainConsole(width=report_width())
 
 set_option = click.option(
     "--set",
@@ -220,6 +224,9 @@ def run(
     sc, _ = loader.load(scenario, sets)
     if out is not None:
         check_target(out, ["repeats.json"] if repeats > 1 else _run_names())
+    from phaseplan.preflight import check_fits
+
+    check_fits(sc, scenario, sets)
     limits = planner.work_limits(no_limits, max_requests)
     est = _preflight(sc, scenario.parent, limits, allow_profile_mismatch)
     if repeats > 1:
@@ -390,7 +397,7 @@ device_option = click.option(
 )
 budget_option = click.option(
     "--budget-s",
-    type=click.FloatRange(min=0),
+    type=planner.Finite(0, 1e6),
     default=120.0,
     show_default=True,
     help="Device seconds to spend executing; later steps reuse their bucket's time.",
@@ -458,8 +465,8 @@ def compare(
 
 
 @cli.command("bench-sim")
-@click.option("--hours", type=click.FloatRange(0.01, 10_000), default=1.0, show_default=True)
-@click.option("--rate", type=click.FloatRange(0.1, 1e6), default=20.0, show_default=True, help="Requests per second.")
+@click.option("--hours", type=planner.Finite(0.01, 10_000), default=1.0, show_default=True)
+@click.option("--rate", type=planner.Finite(0.1, 1e6), default=20.0, show_default=True, help="Requests per second.")
 @set_option
 @limit_options
 def bench_sim(
@@ -589,7 +596,28 @@ def app_page(port: int, address: str) -> None:
     serve(port, address)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread like KeyboardInterrupt, so that outputs being written are finished or
+    undone (`simulator.atomic`) and worker processes are stopped (`Backend`) before the process ends."""
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated
+
+
 def main() -> None:
+    """The console script: every failure one `error:` line and an exit code, SIGTERM a clean exit 143."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
+    try:
+        _main()
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _main() -> None:
     console.width = report_width()  # type: ignore[assignment]  # None: the terminal's, as at start-up
     try:
         cli.main(standalone_mode=False)
@@ -599,6 +627,9 @@ def main() -> None:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         sys.exit(130)
+    except Terminated:
+        click.echo("error: terminated (SIGTERM)", err=True)
+        sys.exit(143)
     except click.ClickException as e:
         click.echo(f"error: {one_line(e.format_message())}", err=True)
         sys.exit(2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import click
 from rich.console import Console
 
 from phaseplan.progress import Counter, bar, status
+from simulator.config.bounds import BOUNDS
 
 if TYPE_CHECKING:
     from simulator.budget import Limits
@@ -18,7 +20,22 @@ if TYPE_CHECKING:
     from simulator.planning.backends import Backend
 
 Dump = Callable[..., str]
+RATE = BOUNDS[("Traffic", "rate")][:2]  # --start and --rate: the range traffic.rate itself may take
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+class Finite(click.FloatRange):
+    """A number in [lo, hi] that is finite: click's FloatRange lets NaN through (every comparison with it is
+    false), and a NaN budget or rate is a traceback far from the option that brought it."""
+
+    name = "finite number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
+
 
 jobs_option = click.option(
     "--jobs", type=click.IntRange(1, 256), default=None, help="Worker processes (default: one per CPU, at most 4)."
@@ -159,7 +176,7 @@ def register(
     @scenario_arg
     @slo_option
     @json_option
-    @click.option("--start", type=click.FloatRange(min=1e-6), help="First rate to try (default: the scenario's).")
+    @click.option("--start", type=Finite(*RATE), help="First rate to try (default: the scenario's).")
     @out_option
     @jobs_option
     @backend_option
@@ -178,6 +195,7 @@ def register(
         max_requests: int | None,
     ) -> None:
         """The highest rate the configuration sustains within the SLO, and its cost per million tokens there."""
+        from phaseplan.preflight import check_fits, check_trace
         from simulator.config import loader
         from simulator.planning.maxrate import max_rate
         from simulator.planning.report import print_max_rate
@@ -186,6 +204,8 @@ def register(
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
         check_out(out, scenario, "max-rate")
+        check_fits(sc, scenario, sets)  # a deployment that does not fit meets the SLO at no rate
+        check_trace(sc, scenario, work_limits(no_limits, max_requests))
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
             res = max_rate(
                 raw,
@@ -220,7 +240,7 @@ def register(
     @scenario_arg
     @click.option(
         "--rate",
-        type=click.FloatRange(min=1e-6, min_open=False),
+        type=Finite(*RATE),
         required=True,
         help="Arrival rate to plan for (traffic.rate's unit: conversations/s with multi-turn sessions).",
     )
@@ -264,6 +284,7 @@ def register(
         max_requests: int | None,
     ) -> None:
         """The fewest GPUs (or lowest cost) that meet the SLO at --rate: winner, runners-up, rejected and why."""
+        from phaseplan.preflight import check_trace
         from simulator.config import loader
         from simulator.planning import space as spaces
         from simulator.planning.report import print_plan
@@ -272,6 +293,7 @@ def register(
 
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
+        check_trace(sc, scenario, work_limits(no_limits, max_requests))
         stem = (pareto_out or Path(".")) / f"{scenario.stem}-plan"
         if pareto_out is not None:  # checked before any candidate runs
             from simulator.atomic import check_target

@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from simulator.console import PlainConsole
+
 
 class Counter:
     """A bar's position across several `Backend.map` calls (each counts from 1 again)."""
@@ -54,6 +56,6 @@ def status(label: str) -> Iterator[Callable[[str], None] | None]:
     if not sys.stderr.isatty():
         yield None
         return
-    console = Console(stderr=True)
+    console = PlainConsole(stderr=True)  # a trial's reason may quote a file's path: shown as text
     with console.status(label) as st:
         yield lambda text: st.update(f"{label}: {text}")

@@ -10,10 +10,21 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from phaseplan.preflight import check_fits
 from simulator import budget
 from simulator.atomic import check_target, write_atomic
 from simulator.config import loader
 from simulator.results import report
+
+
+def check_device_work(sc: Any, device: str, budget_s: float, limits: budget.Limits | None) -> None:
+    """A CPU replay's host memory and wall time, estimated before torch loads (`kernels.executor.footprint`); a
+    GPU's memory is checked by the clock against the device's free memory before any weight is drawn."""
+    from kernels.executor.footprint import check_cpu, check_formats
+
+    check_formats(sc)
+    if device == "cpu":
+        check_cpu(sc, budget_s, (limits or budget.Limits()).max_replay_s)
 
 
 def _dump(doc: Any) -> str:
@@ -36,7 +47,9 @@ def replay_command(
     sc, _ = loader.load(scenario, sets)
     if out is not None:
         check_target(out, ["result.json"])  # before any device time is spent
+    check_fits(sc, scenario, sets)
     budget.check(sc, scenario.parent, limits)
+    check_device_work(sc, device, budget_s, limits)
     result = replay(sc, scenario.parent, device, clock, budget_s).result
     if out is not None:
         write_atomic(out / "result.json", _dump(result) + "\n")
@@ -67,7 +80,9 @@ def compare_command(
     from kernels.executor.compare import compare
 
     sc, _ = loader.load(scenario, sets)
+    check_fits(sc, scenario, sets)
     budget.check(sc, scenario.parent, limits)
+    check_device_work(sc, device, budget_s, limits)
     doc = compare(sc, scenario.parent, device, profile, budget_s)
     if as_json:
         print(_dump(doc))

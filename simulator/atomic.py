@@ -3,7 +3,15 @@
 `check_target` runs before any work, so an unwritable `--out` is one line at once, not a traceback after an
 hour of simulation. `write_files` writes every file to a temporary name in its own folder, renames them when
 all are written, and on any failure removes its temporaries, what it renamed into place and the folders it
-made.
+made. SIGINT and SIGTERM are held while it works and delivered when it is done: an interrupted sweep leaves
+the old set of files or the new one, never the new CSV beside the old JSON, and no temporary.
+
+Why held signals and not a fresh sibling folder swapped in with one rename: `--out` is a shared folder (`out/`
+holds every verb's outputs, a user's own files too), and a rename cannot replace a folder that is not empty,
+so the swap would have to copy or link everything else in first and would still not be one step. A manifest
+written last would leave the folder mixed and ask every reader to consult it. The renames of a few files take
+microseconds; holding two signals for that long costs nothing. (SIGKILL and power loss are not covered: no
+user-space write of several files is atomic against them.)
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from simulator import signals
 from simulator.errors import InputError
 
 
@@ -57,7 +66,13 @@ def write_atomic(path: Path, text: str) -> None:
 
 def write_files(files: Mapping[Path, str | bytes]) -> None:
     """Write all the files or none: temporaries first, then renames (an earlier file kept as a hard link until
-    all are in place); any failure undoes what was done, earlier files back where they were."""
+    all are in place); any failure undoes what was done, earlier files back where they were. SIGINT and SIGTERM
+    wait until the files are all in place or all undone (`simulator.signals`)."""
+    with signals.held():
+        _write_files(files)
+
+
+def _write_files(files: Mapping[Path, str | bytes]) -> None:
     made = _make_folders({p.parent for p in files})
     temps: dict[Path, Path] = {}
     backups: dict[Path, Path] = {}

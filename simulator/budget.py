@@ -10,16 +10,16 @@ field and the estimate. `Limits.none()` (the CLI's `--no-limits`) is for people 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from simulator import input_files
 from simulator.capacity import pool_capacity
 from simulator.config.consistency import largest
-from simulator.config.safe_yaml import check_regular
 from simulator.config.scenario import Length, Scenario
 from simulator.errors import InputError
-from simulator.workload.lengths import resolve
-from simulator.workload.traces import MOONCAKE_BLOCK
+from simulator.workload.lengths import resolve, stats
+from simulator.workload.traces import summary
 from simulator.workload.traffic import BLOCK_TOKENS
 
 # What one live object costs (CPython 3.11, 64-bit): a request with its record and sequence, one block of its
@@ -31,8 +31,13 @@ BLOCK_BYTES = 40
 PAGE_BYTES = 120
 INSTANCE_BYTES = 300_000
 STEP_BYTES = 150  # one step of a run of identical decode steps, priced at once (its times, growth and pages)
-TRACE_BYTES_FACTOR = 12  # per byte of a trace file (its text and rows): loading the bundled Mooncake trace took 10.3
-MAX_FILE_BYTES = 1 << 30  # a trace or length file read whole
+# a content block of a trace row while the trace is read: its id as read, the chained values, the tuple kept
+# (a Mooncake trace of 100,000 rows with 10,000,000 hash ids peaked at 1.31 GB: 86 B per block besides the rows)
+TRACE_BLOCK_BYTES = 100
+LENGTH_BYTES = 24  # one value of an empirical length file: the 8-byte array read once, and a draw's copies
+# per byte of a profile file, loaded: profiles/h200-sglang.json (5.3 MB) took 77 MB (14.6 per byte); a compact
+# table of 1,000,000 GEMM rows (31.6 MB) took 890 MB (28 per byte), the worst measured
+PROFILE_BYTES_FACTOR = 32
 GIB = 1 << 30
 
 
@@ -45,11 +50,12 @@ class Limits:
     max_memory_gib: float = 2.0  # estimated memory of one run
     max_points: float = 1_000  # sweep points
     max_sweep_requests: float = 4_000_000  # over all of a sweep's points
+    max_replay_s: float = 3600.0  # wall time of a CPU replay: drawing its weights, its device budget, its longest step
 
     @classmethod
     def none(cls) -> Limits:
         inf = math.inf
-        return cls(inf, inf, inf, inf, inf)
+        return cls(inf, inf, inf, inf, inf, inf)
 
     def with_max_requests(self, n: int | None) -> Limits:
         return self if n is None else replace(self, max_requests=n, max_sweep_requests=max(n, self.max_sweep_requests))
@@ -61,6 +67,8 @@ class Estimate:
     output_tokens: float
     memory_bytes: float
     source: str  # the field the request count comes from, for the message
+    # what holds the memory: (field to name, what it is in words) -> bytes; a refusal names the largest
+    memory_parts: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 def mean_length(length: Length) -> float:
@@ -75,37 +83,55 @@ def mean_length(length: Length) -> float:
     return 1.0
 
 
-def _file_size(path: Path, what: str) -> int:
-    check_regular(path, what)  # /dev/zero or a pipe would be read without end
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return 0  # the reader names a missing file with its own error
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{path}: {what} is {size / GIB:.1f} GiB, over the {MAX_FILE_BYTES // GIB} GiB a run reads")
-    return size
+def _length_file(length: Length, base_dir: Path | None) -> tuple[float, float]:
+    """(mean length, bytes it holds) of an empirical length file; (mean of the distribution, 0) otherwise."""
+    if length.dist != "empirical" or length.file is None:
+        return mean_length(length), 0.0
+    path = resolve(length.file, base_dir)
+    if not input_files.size(path, input_files.LENGTHS):
+        return 1.0, 0.0  # missing: the reader names it when the run starts
+    count, mean = stats(path)
+    return mean, count * LENGTH_BYTES
 
 
-def _trace_rows(path: Path) -> int:
-    rows = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            rows += chunk.count(b"\n")
-    return rows + 1
+def _profile_bytes(sc: Scenario, base_dir: Path | None) -> float:
+    """What holding the scenario's profile costs (its tables as Python objects), from its size."""
+    if sc.profile == "roofline":
+        return 0.0
+    path = Path(sc.profile)
+    if not path.is_absolute() and base_dir is not None and (base_dir / path).is_file():
+        path = base_dir / path
+    return input_files.size(path, input_files.PROFILE) * PROFILE_BYTES_FACTOR
 
 
-def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
-    """Requests, output tokens and memory of one run of `sc` (upper-end estimates, not predictions)."""
+def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = None) -> Estimate:
+    """Requests, output tokens and memory of one run of `sc` (upper-end estimates, not predictions). Every file
+    the run reads is checked here first (a regular file within its size) and what it holds enters the estimate:
+    a trace's rows and their content blocks, an empirical length file's values, a profile's tables. A trace is
+    read only as far as the memory limit of `limits` allows rows."""
     t = sc.traffic
-    extra_bytes = 0.0
-    block_tokens = BLOCK_TOKENS
+    lim = limits or Limits()
+    parts: dict[tuple[str, str], float] = {}
+    if sc.profile != "roofline":
+        parts[("profile", f"the tables of {sc.profile}")] = _profile_bytes(sc, base_dir)
+    prompt_mean, prompt_bytes = _length_file(t.prompt_tokens, base_dir)
+    output_mean, output_bytes = _length_file(t.output_tokens, base_dir)
+    for name, n in (("prompt_tokens", prompt_bytes), ("output_tokens", output_bytes)):
+        if n:
+            parts[(f"traffic.{name}.file", f"the lengths of {getattr(t, name).file}")] = n
     if t.trace is not None:
-        path = resolve(t.trace, base_dir)
-        size = _file_size(path, "trace")
-        requests: float = _trace_rows(path) if size else 0
+        cap = None if math.isinf(lim.max_memory_gib) else int(lim.max_memory_gib * GIB // REQUEST_BYTES)
+        trace = summary(t, base_dir, cap)
+        requests: float = trace.rows
         source = f"traffic.trace ({t.trace})"
-        extra_bytes = size * TRACE_BYTES_FACTOR
-        block_tokens = MOONCAKE_BLOCK
+        # every row is read and held (the cut to duration_s or requests comes after), each with its blocks
+        rows = f"{trace.rows:,}" if trace.complete else f"more than {cap:,}"
+        blocks = (
+            f" with {'at least ' if not trace.complete else ''}{trace.blocks:,} content blocks" if trace.blocks else ""
+        )
+        what = f"{rows} rows of {t.trace}{blocks}"
+        parts[(f"traffic.trace ({t.trace})", what)] = trace.rows * REQUEST_BYTES + trace.blocks * TRACE_BLOCK_BYTES
+        output_mean = trace.output_tokens / trace.rows if trace.rows else 0.0
     elif t.rate is not None:
         per_conversation = t.sessions.turns
         mult = sum(t.diurnal.multipliers) / len(t.diurnal.multipliers) if t.arrival == "diurnal" else 1.0
@@ -115,35 +141,36 @@ def estimate(sc: Scenario, base_dir: Path | None = None) -> Estimate:
         assert t.concurrency is not None
         # A request takes at least one step per output token, and a step at least one kernel per layer.
         step_s = sc.model.layers * sc.hardware.kernel_floor_us * 1e-6
-        per_client = math.inf if t.duration_s is None else t.duration_s / (mean_length(t.output_tokens) * step_s)
+        per_client = math.inf if t.duration_s is None else t.duration_s / (output_mean * step_s)
         requests = t.concurrency * max(1.0, per_client)
         source = "traffic.concurrency × traffic.duration_s"
-    for length in (t.prompt_tokens, t.output_tokens):
-        if length.dist == "empirical" and length.file is not None:
-            _file_size(resolve(length.file, base_dir), "length file")
     if t.requests is not None and t.requests <= requests:
         requests, source = float(t.requests), "traffic.requests"
         if t.concurrency is not None and t.requests == 4 * t.concurrency:
             source = "traffic.requests (4 × traffic.concurrency when not given)"
-    prompt = t.shared_prefix_tokens + mean_length(t.prompt_tokens) * (t.sessions.turns + 1) / 2
-    output = requests * mean_length(t.output_tokens)
-    memory = extra_bytes + requests * (REQUEST_BYTES + BLOCK_BYTES * prompt / block_tokens)
-    for pool in sc.deployment.pools().values():
+    output = requests * output_mean
+    if t.trace is None:
+        prompt = t.shared_prefix_tokens + prompt_mean * (t.sessions.turns + 1) / 2
+        parts[(source, f"{_n(requests)} requests")] = requests * (REQUEST_BYTES + BLOCK_BYTES * prompt / BLOCK_TOKENS)
+    pools = sc.deployment.pools()
+    for name, pool in pools.items():
         pages = pool_capacity(sc.model, sc.hardware, pool).pages
-        memory += pool.instances * (INSTANCE_BYTES + PAGE_BYTES * pages)
+        what = f"{sum(p.instances for p in pools.values()):,} instances with their KV pages"
+        parts[(f"deployment.{name}.instances", what)] = pool.instances * (INSTANCE_BYTES + PAGE_BYTES * pages)
     # A run of decode steps lasts until a request ends or pages run out: at most the longest output, or what
     # an instance's KV holds (a longer request is rejected on arrival).
     kv_tokens = pool_capacity(sc.model, sc.hardware, sc.deployment.decode).kv_tokens
-    longest = largest(t.output_tokens) if t.trace is None else None
-    memory += STEP_BYTES * (kv_tokens if longest is None else min(kv_tokens, longest))
-    return Estimate(requests, output, memory, source)
+    longest = largest(t.output_tokens) if t.trace is None else trace.longest_output
+    steps = kv_tokens if longest is None else min(kv_tokens, longest)
+    parts[("traffic.output_tokens", f"a run of up to {steps:,} decode steps priced at once")] = STEP_BYTES * steps
+    return Estimate(requests, output, sum(parts.values()), source, parts)
 
 
 def check(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = None, where: str = "") -> Estimate:
     """Refuse a run past `limits`, naming the field and the estimate; returns the estimate (a progress bar's
     total). `where` prefixes the message (a sweep point)."""
     lim = limits or Limits()
-    est = estimate(sc, base_dir)
+    est = estimate(sc, base_dir, lim)
     hint = "; pass --no-limits (or a higher --max-requests) to run it anyway"
     if est.requests > lim.max_requests:
         raise InputError(
@@ -156,12 +183,10 @@ def check(sc: Scenario, base_dir: Path | None = None, limits: Limits | None = No
             f"a model step), over the limit of {_n(lim.max_output_tokens)} per run{hint}"
         )
     if est.memory_bytes > lim.max_memory_gib * GIB:
-        worst = max(sc.deployment.pools().items(), key=lambda kv: kv[1].instances)
+        (name, what), most = max(est.memory_parts.items(), key=lambda kv: kv[1])
         raise InputError(
-            f"{where}deployment.{worst[0]}.instances: the run would hold about "
-            f"{est.memory_bytes / GIB:,.1f} GiB ({_n(est.requests)} requests, "
-            f"{sum(p.instances for p in sc.deployment.pools().values()):,} instances with their KV "
-            f"pages), over the limit of {lim.max_memory_gib:g} GiB{hint}"
+            f"{where}{name}: the run would hold about {est.memory_bytes / GIB:,.1f} GiB, {most / GIB:,.1f} GiB "
+            f"of it for {what}, over the limit of {lim.max_memory_gib:g} GiB{hint}"
         )
     return est
 

@@ -29,6 +29,7 @@ from rich.table import Table
 from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
+from simulator.console import styled
 from simulator.errors import InputError
 from simulator.folding import Folded
 
@@ -253,14 +254,20 @@ def _part_bytes(
 ) -> list[tuple[Part, float]]:
     """Each part with its total bytes: covered matrices in the format, everything else BF16."""
     rule = format_rule(model, fmt, scheme)
-    group = group_size or rule.group_size
-    per_weight = bytes_per_weight(fmt, group)
-    mtp_covered = "mtp" in rule.components
-    out = []
-    for p in parts(model):
-        covered = p.matrix and p.kind in rule.components and (p.component != "mtp" or mtp_covered)
-        out.append((p, p.params * (per_weight if covered else BF16_BYTES)))
-    return out
+    per_weight = bytes_per_weight(fmt, group_size or rule.group_size)
+    return [(p, p.params * (per_weight if _covered(p, rule) else BF16_BYTES)) for p in parts(model)]
+
+
+def _covered(p: Part, rule: FormatRule) -> bool:
+    """Whether a format rule quantizes a part (matrices of the kinds it lists; MTP layers only if it lists mtp)."""
+    return p.matrix and p.kind in rule.components and (p.component != "mtp" or "mtp" in rule.components)
+
+
+def rank_parts(model: ModelSpec, pool: Pool) -> list[tuple[Part, float, WeightFormat]]:
+    """Each weight part with the parameters one GPU of an instance holds and the format it holds them in (what
+    the replay executor draws for one rank)."""
+    rule = format_rule(model, pool.weights, pool.weights_scheme)
+    return [(p, p.params * _share(p, model, pool), pool.weights if _covered(p, rule) else "bf16") for p in parts(model)]
 
 
 def checkpoint_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None = None) -> float:
@@ -422,7 +429,7 @@ def render_capacity(report: dict[str, Any]) -> Group:
     table = Table(title="KV capacity per instance (weights, KV per GPU)")
     rows = []
     for name, c in report["pools"].items():
-        tokens = f"{c['kv_tokens']:,}" if c["fits"] else "[red]0[/red]"
+        tokens = f"{c['kv_tokens']:,}" if c["fits"] else styled(("0", "red"))
         shape = f"{c['instances']}×{c['gpus'] // c['instances']}"
         rows.append(
             [
@@ -445,7 +452,7 @@ def render_capacity(report: dict[str, Any]) -> Group:
     for name, c in report["pools"].items():
         notes.append(f"{name} weights: {c['weights_scheme']}")
         if not c["fits"]:
-            notes.append(f"[red]{name}: {c['reason']}[/red]")
+            notes.append(styled((f"{name}: {c['reason']}", "red")))
         elif c.get("per_rank"):
             r = c["per_rank"]
             notes.append(

@@ -14,6 +14,8 @@ from typing import Any
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
+from simulator.console import printable
+
 BREAK = re.compile(r"(?<=[,;:])\s+|\s+(?=\()")  # where a phrase ends: after , ; : and before (
 WORD = re.compile(r"\s+")
 CONTINUATION = 2  # extra columns a continuation line is indented by, beyond its first line's own indent
@@ -31,10 +33,11 @@ def _chunks(plain: str, pattern: re.Pattern[str]) -> list[tuple[int, int]]:
     return spans
 
 
-def fold(text: str | Text, width: int, markup: bool = True) -> list[Text]:
-    """The lines of `text` (its markup read unless `markup` is False) at most `width` columns wide where its
-    words allow."""
-    src = text if isinstance(text, Text) else Text.from_markup(text) if markup else Text(text)
+def fold(text: str | Text, width: int) -> list[Text]:
+    """The lines of `text` at most `width` columns wide where its words allow. A string is text, never markup
+    (a scenario named "[/]" is printed as written; emphasis comes as a styled `Text`), its control characters
+    shown escaped."""
+    src = text if isinstance(text, Text) else Text(printable(text))
     out: list[Text] = []
     for line in src.split("\n", allow_blank=True):
         out += _fold_line(line, max(width, 20))
@@ -82,7 +85,7 @@ class Folding:
             self.console.print(obj, **kwargs)
             return
         kwargs.pop("overflow", None)
-        for line in fold(obj, self.width, kwargs.get("markup", True) is not False):
+        for line in fold(obj, self.width):
             self.console.print(line, overflow="fold", **kwargs)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from simulator import input_files
 from simulator.calibration import bench_files
 from simulator.calibration.bench_check import check_config, same_model
 from simulator.calibration.bench_run import TOOLS, BenchRun
@@ -584,8 +585,8 @@ def test_a_folder_and_a_fifo_are_refused_before_opening(tmp_path: Path) -> None:
 def test_a_file_over_the_cap_is_refused_before_it_is_read(tmp_path: Path) -> None:
     big = tmp_path / "huge.json"
     with open(big, "wb") as f:
-        f.truncate(bench_files.MAX_BYTES + 1)  # sparse: no disk, and read() would take 64 MiB
-    assert "larger than 64 MiB" in _error(big)
+        f.truncate(input_files.BENCH.max_bytes + 1)  # sparse: no disk, and read() would take 64 MiB
+    assert "benchmark file is 64 MiB, over the 64 MiB a benchmark file may have" in _error(big)
 
 
 @pytest.mark.parametrize(

@@ -353,6 +353,21 @@ CLASS_AT: dict[str, tuple[tuple[str, ...], Any]] = {
     "Sessions": (("traffic", "sessions"), lambda: {}),
     "SLO": (("slo",), lambda: {}),
     "Cost": (("cost",), lambda: {}),
+    "FormatRule": (("model", "formats", "int4"), lambda: {"components": ["attention"]}),
+    "RooflineFit": (("hardware", "roofline"), lambda: {"source": "t", "factors": {}}),
+    "Speculative": (("deployment", "decode", "speculative"), lambda: {"method": "mtp", "acceptance": 1.5}),
+    "Integrity": (("integrity",), lambda: {}),
+}
+# (class, field)s whose schema type already stops a value past the bound's top (≤ 1, a validator of its own)
+SCHEMA_FIRST = {
+    ("Pool", "tp"),
+    ("Pool", "ep"),
+    ("Pool", "nodes"),
+    ("Pool", "dp"),  # these first fail to divide the heads or tp
+    ("Pool", "mem_fraction"),
+    ("GQA", "partial_rotary_factor"),
+    ("Integrity", "fault_rate"),
+    ("Speculative", "acceptance"),  # a mean accepted length lies in [1, draft_tokens + 1]
 }
 LENGTH_BASE = {
     "value": {"dist": "fixed"},
@@ -366,7 +381,9 @@ LENGTH_BASE = {
 
 def bad_scenario(cls: str, field: str, value: Any) -> tuple[dict[str, Any], str]:
     """A scenario whose only fault is `value` at (cls, field), and the dotted path the error must name."""
-    model = {"MLA": "kimi-k2.6", "MoE": "kimi-k2.6", "Indexer": "glm-5.2"}.get(cls, "llama-3.1-70b")
+    model = {"MLA": "kimi-k2.6", "MoE": "kimi-k2.6", "Indexer": "glm-5.2", "Speculative": "deepseek-v3"}.get(
+        cls, "llama-3.1-70b"
+    )
     data: dict[str, Any] = {"model": presets.model(model), "traffic": {"concurrency": 1, "requests": 1}}
     if cls == "Scenario":
         data[field] = value
@@ -381,11 +398,16 @@ def bad_scenario(cls: str, field: str, value: Any) -> tuple[dict[str, Any], str]
         data["traffic"][field] = value
         return data, f"traffic.{field}"
     path, base = CLASS_AT[cls]
+    if cls == "RooflineFit":
+        data["hardware"] = presets.hardware("h200")
     if cls == "Pool" and field in ("redundant_experts", "expert_imbalance"):  # expert fields need an MoE over EP
         data["model"], base = presets.model("kimi-k2.6"), lambda: {"ep": 8}
     node = data
     for key in path[:-1]:
         node = node.setdefault(key, {})
+    if field == "factors":  # a mapping of factor names to numbers
+        node[path[-1]] = {**base(), field: {"mem_eff_gemm": value}}
+        return data, ".".join(path) + ".factors.mem_eff_gemm"
     node[path[-1]] = {**(node.get(path[-1]) or base()), field: [value] if field == "multipliers" else value}
     return data, ".".join(path) + f".{field}" + (".0" if field == "multipliers" else "")
 
@@ -402,8 +424,7 @@ def test_each_bound(cls: str, field: str) -> None:
         loader.validate(data, "t.yaml")
     msg = str(e.value)
     assert f"t.yaml: {dotted}: " in msg, msg
-    if (cls, field) not in (("Pool", "tp"), ("Pool", "ep"), ("Pool", "nodes"), ("Pool", "dp")):  # these first
-        # fail to divide the heads or tp
+    if (cls, field) not in SCHEMA_FIRST:
         assert "out of range" in msg and "must lie in" in msg
     if lo > 0 and not float(lo).is_integer():  # a positive float with a floor above zero: below it fails too
         data, dotted = bad_scenario(cls, field, lo / 10)
@@ -411,7 +432,36 @@ def test_each_bound(cls: str, field: str) -> None:
             loader.validate(data, "t.yaml")
 
 
-def test_unlisted_numbers_have_the_default_bound() -> None:
+def test_every_number_of_the_schema_has_a_bound() -> None:
+    """Each int or float field of every schema class has its own physical range in bounds.BOUNDS (a count such
+    as speculative.draft_tokens once had none: 10^4 draft tokens never finished)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from simulator.config.scenario import Scenario
+
+    seen: set[type] = set()
+    unbounded = []
+
+    def walk(cls: type[BaseModel]) -> None:
+        if cls in seen:
+            return
+        seen.add(cls)
+        for name, f in cls.model_fields.items():
+            kinds = {a for t in (f.annotation, *typing.get_args(f.annotation)) for a in (t, *typing.get_args(t))}
+            if kinds & {int, float} and (cls.__name__, name) not in bounds.BOUNDS and name != "seed":
+                unbounded.append(f"{cls.__name__}.{name}")
+            for k in kinds:
+                if isinstance(k, type) and issubclass(k, BaseModel):
+                    walk(k)
+
+    walk(Scenario)
+    assert unbounded == []
+
+
+def test_unlisted_numbers_have_the_default_bound(monkeypatch) -> None:
+    monkeypatch.delitem(bounds.BOUNDS, ("MLA", "kv_lora_rank"))
     data, _ = bad_scenario("MLA", "kv_lora_rank", 10**16)
     with pytest.raises(
         InputError,
@@ -424,11 +474,12 @@ def test_unlisted_numbers_have_the_default_bound() -> None:
 
 
 def test_profile_size_is_bounded(tmp_path, monkeypatch) -> None:
+    from simulator import input_files
     from simulator.pricing import profile
 
     write(tmp_path / "p.json", json.dumps({"device": "h200", "source": "modeled", "kernels": {}}))
-    monkeypatch.setattr(profile, "MAX_PROFILE_BYTES", 10)
-    with pytest.raises(InputError, match="p.json: larger than 0 MiB: not a profile"):
+    monkeypatch.setattr(input_files, "PROFILE", input_files.Kind("profile", 10))
+    with pytest.raises(InputError, match="p.json: profile is 54 bytes, over the 10 bytes a profile may have"):
         profile.Profile.load(tmp_path / "p.json")
 
 
@@ -511,11 +562,13 @@ def test_budget_memory() -> None:
 def test_budget_trace_rows_and_file_size(tmp_path, monkeypatch) -> None:
     write(tmp_path / "t.jsonl", '{"arrival": 0, "prompt_tokens": 10, "output_tokens": 1}\n' * 30)
     sc = sc_of("model: llama-3.1-70b\ntraffic: {trace: t.jsonl}\n")
-    assert budget.estimate(sc, tmp_path).requests == 31  # lines, and the last without a newline
-    with pytest.raises(InputError, match=r"traffic.trace \(t.jsonl\): about 31 requests"):
+    assert budget.estimate(sc, tmp_path).requests == 30  # the rows, read and checked before the run
+    with pytest.raises(InputError, match=r"traffic.trace \(t.jsonl\): about 30 requests"):
         budget.check(sc, tmp_path, budget.Limits().with_max_requests(20))
-    monkeypatch.setattr(budget, "MAX_FILE_BYTES", 100)
-    with pytest.raises(InputError, match="over the 0 GiB a run reads"):
+    from simulator import input_files
+
+    monkeypatch.setattr(input_files, "TRACE", input_files.Kind("trace", 100, 100, 100))
+    with pytest.raises(InputError, match="t.jsonl: trace is 1.6 KiB, over the 100 bytes a trace may have"):
         budget.check(sc, tmp_path)
 
 
@@ -533,13 +586,13 @@ def test_budget_sweep_points_and_total(tmp_path, monkeypatch, capsys) -> None:
 
 def test_trace_and_length_file_bounds(tmp_path) -> None:
     write(tmp_path / "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,1000000000,1\n")
-    with pytest.raises(InputError, match="a.csv: line 2: expected TIMESTAMP,ContextTokens in"):
+    with pytest.raises(InputError, match=r"a.csv: line 2: expected TIMESTAMP \(YYYY-MM-DD hh:mm:ss\[.fffffff\]\),Co"):
         traces.read_azure(tmp_path / "a.csv")
     write(tmp_path / "l.txt", "5\n1000000000\n")
     with pytest.raises(InputError, match=r"l.txt: line 2: expected an integer length in \[1, 100,000,000\]"):
         lengths.read_lengths(tmp_path / "l.txt")
     write(tmp_path / "bin.txt", b"\xff\xfe")
-    with pytest.raises(InputError, match="cannot read length file"):
+    with pytest.raises(InputError, match=r"bin.txt: line 1: length file is not UTF-8 text \(byte 0xff at column 1\)"):
         lengths.read_lengths(tmp_path / "bin.txt")
 
 
@@ -558,7 +611,7 @@ def test_deep_or_binary_trace_and_profile_files(tmp_path, monkeypatch, capsys) -
     for name, content in (("deep.json", "[" * 100_000), ("bin.json", b"\xff\xfe\x00")):
         prof = write(tmp_path / name, content)
         err = refused(monkeypatch, capsys, "run", write(tmp_path / "p.yaml", SMALL + f"profile: {prof}\n"))
-        assert name in err and ("nested too deeply" in err or "cannot read profile" in err), err
+        assert name in err and ("nested too deeply" in err or "line 1: profile is not UTF-8 text" in err), err
 
 
 def test_unknown_hardware_for_a_profile_names_the_option(tmp_path, monkeypatch, capsys) -> None:
@@ -569,10 +622,12 @@ def test_unknown_hardware_for_a_profile_names_the_option(tmp_path, monkeypatch, 
 
 
 def test_empirical_length_file_size_is_bounded(tmp_path, monkeypatch) -> None:
+    from simulator import input_files
+
     write(tmp_path / "l.txt", "5\n" * 100)
     sc = sc_of("model: llama-3.1-70b\ntraffic: {concurrency: 1, prompt_tokens: {dist: empirical, file: l.txt}}\n")
-    monkeypatch.setattr(budget, "MAX_FILE_BYTES", 100)
-    with pytest.raises(InputError, match="l.txt: length file is 0.0 GiB, over the 0 GiB a run reads"):
+    monkeypatch.setattr(input_files, "LENGTHS", input_files.Kind("length file", 100, 10, 10))
+    with pytest.raises(InputError, match="l.txt: length file is 200 bytes, over the 100 bytes a length file may"):
         budget.check(sc, tmp_path)
 
 

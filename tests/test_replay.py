@@ -134,9 +134,9 @@ def test_weights_drawn_on_a_device_have_the_formats_layout(fmt: str, group: int)
 def test_a_rank_too_big_for_the_device_runs_a_subset_of_layers_and_shares_pages(monkeypatch: Any) -> None:
     """With room for less than the tiny dense model (a 2 MiB CPU budget), one of its two layers runs, its time
     is doubled, and the caches share physical pages; the Result says both."""
-    import kernels.executor.clock as clock
+    import kernels.executor.footprint as footprint
 
-    monkeypatch.setattr(clock, "CPU_BUDGET_GIB", 2 / 1024)
+    monkeypatch.setattr(footprint, "CPU_BUDGET_GIB", 2 / 1024)
     result = replay(tiny("model=tiny-gqa", "traffic.requests=8"), SCENARIO.parent, "cpu").result
     prov = result["provenance"]["replay"]
     rank = prov["ranks"]["decode"]

@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
-from app import knobs, scenario_io
+from app import knobs, runs, scenario_io
 from app.scenario_io import Study
 from simulator.errors import InputError
 
@@ -40,7 +40,9 @@ def pick_study() -> Study:
     )
     if up is not None:
         try:
-            study = scenario_io.from_upload(up.name, up.getvalue())
+            uploaded = scenario_io.from_upload(up.name, up.getvalue())
+            runs.check_work(uploaded, {})  # its run as the page caps it must pass the CLI's work limits
+            study = uploaded
             sb.success(f"using {study.label}")
         except InputError as e:
             sb.error(str(e))

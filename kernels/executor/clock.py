@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from kernels.executor import footprint
 from kernels.executor.buckets import BUCKET_RULE, Sampler, bucket_key
 from kernels.executor.collectives import Collectives
 from kernels.executor.device import Stopwatch
@@ -42,8 +43,7 @@ from simulator.pricing.usage import Usage
 from simulator.serving.scheduler import Plan
 
 GIB = 1024**3
-CPU_BUDGET_GIB = 4.0  # memory the CPU replay may take for weights and caches (a choice, stated in the Result)
-WEIGHT_SHARE = 0.8  # of the device budget, the most the ranks' weights may take before layers are subset
+WEIGHT_SHARE = footprint.WEIGHT_SHARE
 
 
 def _shard(pool: Pool) -> tuple[Any, ...]:
@@ -133,7 +133,7 @@ class ReplayClock:
                     self.shared[dkey] = MTPModule(sc.model, pool, self.dev, seed=sc.seed + 1)
                 self.drafts[name] = self.shared[dkey]
         ranks = [*self.runners.values(), *self.drafts.values()]
-        left = self._free_bytes(sum({id(r): r.weight_bytes for r in ranks}.values()))
+        left = self._free_bytes(sum({id(r): r.weight_bytes for r in ranks}.values()), plan)
         insts = [(name, inst) for name, group in sim.pools.items() for inst in group]
         need = {(name, i.index): i.num_pages * i.page_size * self._token_bytes(name, i.pool, plan) for name, i in insts}
         ratio = min(1.0, 0.9 * left / sum(need.values())) if need and left > 0 else 0.0
@@ -155,25 +155,42 @@ class ReplayClock:
 
     def _layer_plan(self, pools: Any) -> LayerPlan:
         """Every layer if the ranks' weights fit in WEIGHT_SHARE of the device, else the first of each kind
-        in proportion (a TP8 rank of Kimi K2.6, ~70 GiB with INT4 experts, fits an H200 whole)."""
+        in proportion (a TP8 rank of Kimi K2.6, ~70 GiB with INT4 experts, fits an H200 whole). On the CPU the
+        rule counts what the torch reference really holds (`footprint`); on a GPU, a rank that cannot hold even
+        one layer of each kind is refused before any weight is drawn."""
         m = self.sc.model
+        if self.dev.type == "cpu":
+            return LayerPlan(*footprint.layer_plan(self.sc, WEIGHT_SHARE * footprint.CPU_BUDGET_GIB * GIB, cpu=True))
         want = sum(weights_bytes_per_gpu(m, pool) + draft_weights_bytes_per_gpu(pool) for pool in pools)
-        free = torch.cuda.mem_get_info(self.dev)[0] if self.dev.type == "cuda" else CPU_BUDGET_GIB * GIB
+        free = torch.cuda.mem_get_info(self.dev)[0]
         room = WEIGHT_SHARE * free
         if want <= room:
             return LayerPlan.whole(m)
         share = room / want
         dense, moe = m.layers - m.moe_layers, m.moe_layers
-        return LayerPlan(
+        plan = LayerPlan(
             min(dense, max(1, math.floor(dense * share))) if dense else 0, max(1, math.floor(moe * share)) if moe else 0
         )
+        need = sum(r.held(plan.dense, plan.moe, cpu=False) for r in footprint.ranks(self.sc) if r.model == m)
+        if need > free:
+            raise InputError(
+                f"replay --device {self.dev.type}: one layer of each kind of {m.name} per rank holds about "
+                f"{need / GIB:,.1f} GiB, over the {free / GIB:,.1f} GiB free on the device"
+            )
+        return plan
 
-    def _free_bytes(self, weights: int) -> float:
-        """Room for the KV caches once the weights are in."""
+    def _free_bytes(self, weights: int, plan: LayerPlan) -> float:
+        """Room for the KV caches once the weights are in (on the CPU, as the reference holds them)."""
         if self.dev.type == "cuda":
             torch.cuda.empty_cache()
             return 0.9 * torch.cuda.mem_get_info(self.dev)[0]
-        return CPU_BUDGET_GIB * GIB - weights
+        held = sum(
+            r.held(plan.dense, plan.moe)
+            if r.model == self.sc.model
+            else r.held(r.model.layers - r.model.moe_layers, r.model.moe_layers)
+            for r in footprint.ranks(self.sc)
+        )
+        return footprint.CPU_BUDGET_GIB * GIB - max(held, weights)
 
     # -- the step timer (called by the engine with the plan whose first step's pages are booked) ------------
     def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from kernels.executor.attention import Batch, GQAAttention, MLAAttention, Rope, rotary_dim
 from kernels.executor.device import Stopwatch, synchronize
+from kernels.executor.footprint import mtp_layer_model
 from kernels.executor.moe import DenseFFN, MoELayer
 from kernels.executor.paged_kv import PagedKV
 from kernels.executor.weights import Weight
@@ -137,14 +138,6 @@ class RankModel:
             return 0.0
         synchronize(self.dev)
         return self._now()
-
-
-def mtp_layer_model(model: ModelSpec) -> ModelSpec:
-    """The model's MTP module as a model of its own: its decoder layer(s), with the main model's embedding and head
-    (`simulator.pricing.ops.mtp_draft_ops` prices the same)."""
-    return model.model_copy(
-        update={"layers": model.mtp_layers, "mtp_layers": 0, "dense_layers": 0 if model.moe else model.mtp_layers}
-    )
 
 
 class MTPModule(RankModel):

@@ -25,8 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simulator import input_files
 from simulator.atomic import write_atomic
+from simulator.config import safe_yaml
+from simulator.config.bounds import PROFILE_US
 from simulator.errors import InputError
+from simulator.pricing import profile_file
+from simulator.pricing.profile import NUMERIC_KEYS
 
 TOOL = "AIConfigurator"
 FRAMEWORKS = {"sglang": "SGLang", "trtllm": "TRT-LLM", "vllm": "vLLM", "nccl": "NCCL"}  # as the tool spells them
@@ -212,10 +217,12 @@ def _meta(folder: Path) -> tuple[str, str, str]:
     import yaml
 
     path = folder / "collection_meta.yaml"
-    try:
-        meta = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+    if not path.exists():
         return folder.parent.name, folder.name, "unknown (no collection_meta.yaml)"
+    try:
+        meta = safe_yaml.parse(input_files.read_text(path, input_files.AIC_META))[0] or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not YAML ({getattr(e, 'problem', None) or 'unreadable'})") from None
     runtime = (meta.get("runtime") or {}) if isinstance(meta, dict) else {}
     return (
         str(runtime.get("framework", folder.parent.name)),
@@ -234,8 +241,9 @@ def read_table(root: Path, backend: str, version: str | None, name: str) -> Read
     framework_dir = t.framework_dir or backend
     folder = _pick_version(root / t.op / framework_dir, None if t.framework_dir else version, f"{t.op} {framework_dir}")
     path = folder / t.file
-    if not path.is_file():
+    if not path.exists():
         raise InputError(f"{path}: missing {TOOL} table ({name})")
+    input_files.size(path, input_files.AIC_TABLE)  # a regular file of bounded size, before pyarrow opens it
     try:
         schema = pq.read_schema(path)
         missing = [c for c in t.columns if c not in schema.names]
@@ -248,10 +256,11 @@ def read_table(root: Path, backend: str, version: str | None, name: str) -> Read
         raise InputError(f"{path}: not a readable Parquet table ({type(e).__name__})") from None
     if not rows:
         raise InputError(f"{path}: table has no rows")
+    top_ms = PROFILE_US[1] / 1e3
     for i, r in enumerate(rows):
         lat = r["latency"]
-        if not isinstance(lat, int | float) or isinstance(lat, bool) or not lat >= 0:
-            raise InputError(f"{path}: row {i} has latency {lat!r} (expected milliseconds >= 0)")
+        if not isinstance(lat, int | float) or isinstance(lat, bool) or not 0 <= lat <= top_ms:
+            raise InputError(f"{path}: row {i} has latency {lat!r} (expected milliseconds in [0, {top_ms:.0e}])")
     framework, fw_version, provenance = _meta(folder)
     framework = FRAMEWORKS.get(framework.lower(), framework)
     return Read(path, framework, fw_version, rows, provenance)
@@ -559,5 +568,7 @@ def import_profile(
 ) -> dict[str, Any]:
     """Convert and write the profile (whole or not at all); returns the document."""
     doc = convert(system, backend, version, data, moe_distribution)
+    # every shape and time checked as a profile's are, before anything is written
+    profile_file.check(doc, f"{TOOL} tables of {system} ({backend})", NUMERIC_KEYS)
     write_atomic(Path(out), dumps(doc))
     return doc

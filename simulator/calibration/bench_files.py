@@ -1,9 +1,9 @@
 """Benchmark result files → BenchRuns, and BenchRuns → files in each tool's format (for round-trip tests).
 
 `read(path, tool=None)` refuses, as one InputError naming the file (and line) and the field, anything that is
-not a regular file, is over MAX_BYTES (checked before reading), is empty, not UTF-8, not JSON (or a JSONL with
-one bad line), nested too deeply, holds a duplicate key, is none of the supported formats, or states a field
-missing, mistyped, non-finite or outside its physical range (bench_fields.RANGES). The format is detected
+not a regular file, is over 64 MiB (input_files.BENCH, checked before reading), is empty, not UTF-8, not JSON
+(or a JSONL with one bad line), nested too deeply, holds a duplicate key, is none of the supported formats, or
+states a field missing, mistyped, non-finite or outside its physical range (bench_fields.RANGES). The format is detected
 from the content unless named. `write_as` writes runs as a tool would; `run_from_result` turns a phaseplan
 Result into the run such a file describes, so the calibration round trip can start from simulated runs.
 """
@@ -13,19 +13,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
+from simulator import input_files
 from simulator.atomic import write_atomic
 from simulator.calibration.bench_fields import Doc, Where
 from simulator.calibration.bench_formats import FORMATS
 from simulator.calibration.bench_run import TOOLS, BenchRun, Latency, Lengths, Load, Scalar, StatedConfig, Tool
-from simulator.config.safe_yaml import check_regular, decode
 from simulator.config.scenario import Length, Pool, Scenario, Traffic
 from simulator.errors import InputError
-
-MAX_BYTES = 64 << 20  # a result file with per-request details (vLLM --save-detailed, 10k requests) is ~10 MiB
 
 
 class _Duplicate(ValueError):
@@ -85,20 +82,9 @@ def read(path: str | Path, tool: Tool | None = None) -> list[BenchRun]:
     name = str(path)
     if tool is not None and tool not in FORMATS:
         raise InputError(f"{name}: unknown benchmark format {tool!r} (one of {', '.join(TOOLS)})")
-    check_regular(path, "benchmark file")
-    try:
-        size = os.stat(path).st_size
-        if size > MAX_BYTES:
-            raise InputError(
-                f"{name}: {size:,} bytes: larger than {MAX_BYTES >> 20} MiB, the limit for a benchmark file"
-            )
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"{name}: cannot read benchmark file ({e.strerror})") from None
-    if len(raw) > MAX_BYTES:  # grew since the stat
-        raise InputError(f"{name}: larger than {MAX_BYTES >> 20} MiB, the limit for a benchmark file")
-    text = decode(raw, name, "benchmark file").removeprefix("\ufeff")  # a byte-order mark (Windows editors)
+    raw = input_files.read_bytes(path, input_files.BENCH)  # a regular file within its size, checked first
+    # a byte-order mark (Windows editors) is no part of the JSON
+    text = input_files.decode(raw, name, input_files.BENCH.what).removeprefix("\ufeff")
     if not text.strip():
         raise InputError(f"{name}: empty benchmark file")
     sha256 = hashlib.sha256(raw).hexdigest()

@@ -11,7 +11,6 @@ pool's `fp8_kv_read_factor`, while the preset keeps the documented per-tile judg
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from simulator.calibration.device_match import same_device
 from simulator.config.specs import HardwareSpec, RooflineFit
 from simulator.errors import InputError
-from simulator.pricing import roofline
+from simulator.pricing import profile_file, roofline
 from simulator.pricing.expert_routing import UNIFORM, Routing, parse_distribution
 from simulator.pricing.ops import FAMILIES
-from simulator.pricing.profile import ANY, AXES
+from simulator.pricing.profile import ANY, AXES, NUMERIC_KEYS
 
 HW_FIELDS = frozenset({"allreduce_latency_us"})  # fitted values that live on HardwareSpec itself
 
@@ -232,12 +232,17 @@ def _rms(r: np.ndarray) -> float:
     return float(np.sqrt(np.mean(r**2)))
 
 
-def fit_file(path: str | Path, hw: HardwareSpec) -> FitResult:
-    """`fit` on a profile file that a third party or the device profiler measured (a modeled one is refused)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{path}: cannot read a profile ({e})") from None
-    if not isinstance(doc, dict) or doc.get("source") != "measured" or not isinstance(doc.get("kernels"), dict):
+def fit_file(path: str | Path, hw: HardwareSpec, allow_mismatch: bool = False) -> FitResult:
+    """`fit` on a profile file that a third party or the device profiler measured (a modeled one is refused); the
+    file is read and checked as any profile is (`profile_file`). A profile measured on another device than `hw`
+    (a CPU profile fitted to the H200's roofline gives factors of no GPU) is refused unless `allow_mismatch`."""
+    doc = profile_file.parse(path)
+    checked = profile_file.check(doc, path, NUMERIC_KEYS)
+    if doc["source"] != "measured":
         raise InputError(f"{path}: fitting needs a measured profile (source: measured, with kernels)")
+    if not allow_mismatch and not same_device(checked.device, hw.name):
+        raise InputError(
+            f"{path}: was measured on '{checked.device}', but the hardware fitted is '{hw.name}'; fit it to that "
+            "device's preset (--hardware), or pass --allow-profile-mismatch"
+        )
     return fit(doc, hw)

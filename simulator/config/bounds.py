@@ -15,6 +15,9 @@ from pydantic import BaseModel
 
 DEFAULT_LIMIT = 1e15
 TOKENS = 100_000_000  # no model reads more than this many tokens in one request (the largest contexts are ~10M)
+# A profile's times (median, p10, p90 of one kernel): a nanosecond is below any kernel launch, and a kernel of
+# 1,000 s is no kernel (the bundled profiles span 2.25 µs to 0.71 s).
+PROFILE_US = (1e-3, 1e9, "µs")
 
 # (schema class, field) -> (low, high, what the number is)
 BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
@@ -38,14 +41,26 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("ModelSpec", "mtp_layers"): (0, 64, "multi-token-prediction layers"),
     ("ModelSpec", "context_tokens"): (1, TOKENS, "tokens of context"),
     ("MLA", "heads"): (1, 4096, "attention heads"),
+    ("MLA", "q_lora_rank"): (0, 1 << 20, "query latent width (0: no query latent)"),
+    ("MLA", "kv_lora_rank"): (1, 1 << 20, "KV latent width"),
+    ("MLA", "qk_rope_head_dim"): (1, 1 << 16, "RoPE dims per head"),
+    ("MLA", "qk_nope_head_dim"): (1, 1 << 16, "non-RoPE query/key dims per head"),
+    ("MLA", "v_head_dim"): (1, 1 << 16, "value dims per head"),
     ("GQA", "heads"): (1, 4096, "attention heads"),
     ("GQA", "kv_heads"): (1, 4096, "KV heads"),
+    ("GQA", "head_dim"): (1, 1 << 16, "dims per head"),
+    ("GQA", "partial_rotary_factor"): (1e-3, 1, "share of a head's dims RoPE rotates"),
     ("Indexer", "heads"): (1, 4096, "indexer heads"),
     ("Indexer", "topk"): (1, TOKENS, "tokens an indexer selects"),
+    ("Indexer", "head_dim"): (1, 1 << 16, "indexer dims per head"),
+    ("Indexer", "share_layers"): (1, 1000, "layers one indexer serves"),
+    ("Indexer", "key_bytes"): (1, 1 << 20, "bytes of an indexer key per token and layer"),
     ("MoE", "routed_experts"): (1, 1 << 16, "routed experts"),
     ("MoE", "top_k"): (1, 1 << 16, "experts per token"),
     ("MoE", "shared_experts"): (0, 1024, "shared experts"),
     ("MoE", "intermediate"): (1, 1 << 22, "expert FFN width"),
+    ("FormatRule", "group_size"): (1, 1 << 20, "weights per INT4 scale"),
+    ("RooflineFit", "factors"): (1e-4, 1e5, "roofline factor (an efficiency, a ratio or a floor in µs)"),
     ("Pool", "instances"): (1, 4096, "instances in one pool"),
     ("Pool", "tp"): (1, 1024, "GPUs of one instance"),
     ("Pool", "ep"): (1, 1024, "expert-parallel groups"),
@@ -54,14 +69,23 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("Pool", "max_running"): (1, 1 << 20, "requests running on one instance"),
     ("Pool", "max_batch_tokens"): (1, 1 << 24, "tokens in one step"),
     ("Pool", "chunk_size"): (1, 1 << 24, "tokens in one prefill chunk"),
+    ("Pool", "mem_fraction"): (1e-3, 1, "share of HBM the engine may take"),
     ("Pool", "reserve_gib"): (0, 4096, "GiB reserved per GPU"),
     ("Pool", "decode_reserve_tokens"): (0, TOKENS, "tokens of growth room"),
     ("Pool", "nodes"): (1, 1024, "nodes one instance spans"),
     ("Pool", "dp"): (1, 1024, "attention data-parallel ranks"),
     ("Pool", "redundant_experts"): (0, 1 << 16, "redundant expert replicas"),
     ("Pool", "expert_imbalance"): (1, 1000, "busiest EP rank's load over the mean"),
+    ("Pool", "decode_graph_floor_us"): (0.01, 1e5, "µs of a graphed kernel's launch and tail"),
+    ("Pool", "fp8_kv_read_factor"): (0.01, 100, "factor on an FP8 cache read's memory time"),
+    ("Pool", "moe_routing_alpha"): (1e-3, 100, "power-law exponent of expert routing"),
+    # Speculative decoding: SGLang's EAGLE trees verify up to 64 draft tokens a step; a step's work and the
+    # acceptance chain grow with k, so 10^4 would be a run that never ends, not a deployment.
+    ("Speculative", "draft_tokens"): (1, 64, "draft tokens per verify step"),
+    ("Speculative", "acceptance"): (0, 65, "accepted tokens per step, or a probability"),
     ("Transfer", "bandwidth_gbs"): (0.01, 1e5, "GB/s of the KV-transfer link (0.01 GB/s is 80 Mbit/s)"),
     ("Transfer", "latency_ms"): (0, 60_000, "ms of KV-transfer latency (a minute at most)"),
+    ("Integrity", "fault_rate"): (0, 1, "chance of a fault per decode step"),
     ("Length", "value"): (1, TOKENS, "tokens"),
     ("Length", "low"): (1, TOKENS, "tokens"),
     ("Length", "high"): (1, TOKENS, "tokens"),

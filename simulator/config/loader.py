@@ -165,6 +165,17 @@ def _located(
     return f"{source}:{f' line {line}:' if line else ''} {dotted}: {msg}{sets}"
 
 
+def locate(path: str | Path, sets: list[str] | tuple[str, ...], dotted: str, msg: str) -> str:
+    """A message about the loaded scenario's `dotted` field, for a check made after loading (whether a pool fits):
+    the --set under that field that changed it, else the file's line (and the --sets given)."""
+    overridden = [parse_set(s)[0] for s in sets]
+    under = [o for o in overridden if o == dotted or o.startswith(dotted + ".")]
+    if under:
+        return f"--set {', '.join(under)}: {dotted}: {msg}"
+    _, lines = read_yaml(path)
+    return _located(tuple(dotted.split(".")), msg, str(path), lines, frozenset(overridden))
+
+
 def _is_union_tag(x: Any) -> bool:
     """pydantic puts the tag of a discriminated union (attention: mla|gqa) into the location; users don't."""
     return x in ("mla", "gqa")

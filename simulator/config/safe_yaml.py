@@ -8,8 +8,6 @@ error with the line where it was crossed.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +15,9 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
-from simulator.errors import InputError
+from simulator import input_files
 
-MAX_BYTES = 1 << 20  # a scenario file: the bundled ones are under 2 KiB
+MAX_BYTES = input_files.SCENARIO.max_bytes  # scenario text, from a file or not
 MAX_DEPTH = 64  # nested mappings and lists: a scenario needs about 6
 MAX_NODES = 200_000  # nodes of the document with every alias expanded (what anything walking it will visit)
 MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -29,50 +27,9 @@ class LimitError(ComposerError):
     """A document over one of the limits: never read as a plain string, unlike a syntax error in a --set."""
 
 
-def check_regular(path: str | Path, what: str) -> None:
-    """Refuse a path that is not a regular file before opening it: a FIFO without a writer blocks the open for
-    ever, and a device (/dev/zero) reads without end. Scenario files, traces, length files and profiles all pass
-    through here."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return  # opening it says why, in the caller's words
-    if not stat.S_ISREG(mode):
-        kind = (
-            "a folder"
-            if stat.S_ISDIR(mode)
-            else "a FIFO"
-            if stat.S_ISFIFO(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "not a file"
-        )
-        raise InputError(f"{path}: {what} is not a regular file ({kind})")
-
-
-def read_text(path: str | Path, what: str = "scenario file") -> str:
-    """A file's text, refused beyond MAX_BYTES or when it is not UTF-8 (a binary file is not a scenario)."""
-    check_regular(path, what)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read {what} ({e.strerror})") from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(f"{path}: {what} is larger than {MAX_BYTES // 1024} KiB (the limit for YAML input)")
-    return decode(raw, str(path), what)
-
-
-def decode(raw: bytes, name: str, what: str = "scenario file") -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise InputError(
-            f"{name}: line {line}: {what} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})"
-        ) from None
+def read_text(path: str | Path) -> str:
+    """A scenario file's text, read under `input_files.SCENARIO`'s limits (regular, 1 MiB, UTF-8)."""
+    return input_files.read_text(path, input_files.SCENARIO)
 
 
 class _Loader(yaml.SafeLoader):

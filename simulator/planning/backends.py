@@ -10,18 +10,46 @@ is started with `jobs` CPUs and stopped afterwards.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
 
+from simulator import signals
 from simulator.errors import InputError
 
 KINDS = ("local", "ray")
+STOP_S = 2.0  # how long a stopped worker may take to be reaped
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 PRELOAD = ["simulator.planning.trial", "simulator.planning.sweeps"]  # imported once by the fork server
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def _worker_start() -> None:
+    """In each worker: a Ctrl-C on the terminal reaches the whole process group, but only the parent handles it
+    (it stops the workers; a worker's own KeyboardInterrupt would print a traceback); and on Linux a worker
+    whose parent (the fork server, which ends with this process) dies is killed too, even by SIGKILL."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _stop_helpers() -> None:
+    """Stop and reap the fork server and multiprocessing's resource tracker, this process's own children, when it
+    is ending early (left to end with it, they linger as zombies until init reaps them). Their stop methods are
+    CPython's own, not public API: where they are missing the helpers end with this process as before."""
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        with contextlib.suppress(Exception):
+            helper._stop()
 
 
 def default_jobs() -> int:
@@ -43,10 +71,18 @@ class Backend:
     def __enter__(self) -> Backend:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+            if exc_type is not None:  # interrupted (SIGINT, SIGTERM) or failed: the running points die with us
+                procs = list((getattr(self._pool, "_processes", None) or {}).values())  # the executor's workers
+                for proc in procs:
+                    proc.kill()
+                for proc in procs:  # reaped by the fork server before it ends: no zombie outlives us
+                    proc.join(STOP_S)
+            self._pool.shutdown(wait=exc_type is None, cancel_futures=True)
             self._pool = None
+            if exc_type is not None:
+                _stop_helpers()
         if self._ray_started:
             self._ray.shutdown()
             self._ray_started = False
@@ -62,11 +98,12 @@ class Backend:
                 if on_done is not None:
                     on_done(i + 1)
             return out
-        if self._pool is None:
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(PRELOAD)
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=ctx)
-        futures: dict[Future[R], int] = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
+        with signals.held():  # every worker this starts is registered (so stopped on exit) before a signal lands
+            if self._pool is None:
+                ctx = multiprocessing.get_context("forkserver")
+                ctx.set_forkserver_preload(PRELOAD)
+                self._pool = ProcessPoolExecutor(self.jobs, mp_context=ctx, initializer=_worker_start)
+            futures: dict[Future[R], int] = {self._pool.submit(fn, x): i for i, x in enumerate(items)}
         results: list[Any] = [None] * len(items)
         for n, fut in enumerate(as_completed(futures), 1):
             results[futures[fut]] = fut.result()

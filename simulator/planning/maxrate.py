@@ -24,7 +24,7 @@ from simulator.deploy.layout import one_line
 from simulator.errors import InputError
 from simulator.planning.backends import Backend
 from simulator.planning.openloop import current_rate, rate_overrides, requests_per_s, unit
-from simulator.planning.slo import SLO
+from simulator.planning.slo import NO_REQUEST, SLO
 from simulator.planning.trial import Trial, run_trial
 from simulator.pricing.profile import Profile
 from simulator.results.cost import per_mtok
@@ -74,10 +74,18 @@ class _Search:
     def bracket(self, start: float) -> tuple[float, float]:
         """(a passing rate, a failing rate above it)."""
         r = sig3(start)
+        for _ in range(MAX_DOUBLINGS):  # a rate so low that no request arrives says nothing: go up first
+            if self.meets(r) or not self.seen[r]["reason"].startswith(NO_REQUEST):
+                break
+            r = sig3(r * 2)
         if self.meets(r):
             for _ in range(MAX_DOUBLINGS):
                 nxt = sig3(r * 2)
-                if not self.meets(nxt):
+                try:
+                    ok = self.meets(nxt)
+                except InputError:  # past the highest rate a scenario may have
+                    break
+                if not ok:
                     return r, nxt
                 r = nxt
             raise InputError(f"max-rate: still within the SLO at {r:g} {unit(self.sc)}; no limit found")
@@ -90,9 +98,14 @@ class _Search:
             if ok:
                 return nxt, r
             r = nxt
-        out = self.seen[r]
+            if self.seen[r]["reason"].startswith(NO_REQUEST):  # nor at any lower rate
+                break
+        # the lowest rate tried at which requests arrived says why (below it none came)
+        served = [q for q in sorted(self.seen) if not self.seen[q]["reason"].startswith(NO_REQUEST)]
+        r = served[0] if served else r
         raise InputError(
-            f"max-rate: no rate meets the SLO ({self.slo.describe()}); even {r:g} {unit(self.sc)}: {out['reason']}"
+            f"max-rate: no rate meets the SLO ({self.slo.describe()}); even {r:g} {unit(self.sc)}: "
+            f"{self.seen[r]['reason']}"
         )
 
     def bisect(self, lo: float, hi: float) -> tuple[float, float]:

@@ -13,16 +13,19 @@ from typing import Any
 
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
-from simulator.workload.traces import load_trace
+from simulator.workload.traces import summary
 
 
 def trace_rate(sc: Scenario, base_dir: Path | None) -> float:
-    """A trace's mean arrival rate at speed-up 1, requests per second."""
-    reqs = load_trace(sc.traffic.model_copy(update={"trace_speedup": 1.0, "duration_s": None}), base_dir)
-    span = reqs[-1].arrival - reqs[0].arrival
-    if len(reqs) < 2 or span <= 0:
-        raise InputError(f"traffic.trace: {len(reqs)} request(s) arriving at once have no rate to turn")
-    return (len(reqs) - 1) / span
+    """A trace's mean arrival rate at speed-up 1, requests per second: over its first `traffic.requests` arrivals
+    (the summary the work estimate read, not the trace's requests built again)."""
+    arrivals = summary(sc.traffic, base_dir).arrivals[: sc.traffic.requests]
+    if not len(arrivals):
+        raise InputError(f"{sc.traffic.trace}: trace has no requests")
+    span = float(arrivals[-1] - arrivals[0])
+    if len(arrivals) < 2 or span <= 0:
+        raise InputError(f"traffic.trace: {len(arrivals)} request(s) arriving at once have no rate to turn")
+    return (len(arrivals) - 1) / span
 
 
 def current_rate(sc: Scenario, base_dir: Path | None) -> float | None:

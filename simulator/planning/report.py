@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from simulator.console import styled
 from simulator.folding import Folding
 from simulator.planning.pareto import point
 from simulator.results.report import provenance_line
@@ -43,7 +44,7 @@ def _throughput(m: dict[str, Any]) -> str:
 def print_answer(console: Console, layout: str, e: dict[str, Any]) -> None:
     """A deployable answer: the layout in one line, its latency percentiles, throughput, cost, binding limit."""
     m = e["metrics"]
-    console.print(f"  [bold]{layout}[/bold]")
+    console.print(styled("  ", (layout, "bold")))
     console.print(f"  TTFT p50/p95/p99 {_percentiles(m, 'ttft_ms')}; TPOT p50/p95/p99 {_percentiles(m, 'tpot_ms')}")
     console.print(f"  {_throughput(m)}, {_usd(e['cost_per_mtok_usd'])} per million {e['cost_basis']}")
     if e.get("binding"):
@@ -54,7 +55,9 @@ def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:
     console = _narrow(console)
     m = r["metrics"]
     per_request = "" if r["rate_unit"] == "requests/s" else f" ({r['requests_per_s']:,.2f} requests/s)"
-    console.print(f"[bold]{name}[/bold]: max rate [bold]{r['max_rate_rps']:g}[/bold] {r['rate_unit']}{per_request}")
+    console.print(
+        styled((name, "bold"), ": max rate ", (f"{r['max_rate_rps']:g}", "bold"), f" {r['rate_unit']}{per_request}")
+    )
     console.print(f"  within {_slo(r['slo'])}")
     print_answer(console, r["layout"], r)
     console.print(f"  ({m['gpus']} GPUs at ${r['gpu_hour_usd']:g}/GPU-hour)")
@@ -74,12 +77,14 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     console = _narrow(console)
     q = p["question"]
     goal = "fewest GPUs" if q["objective"] == "gpus" else "lowest cost per million tokens"
-    console.print(f"[bold]{q['scenario']}[/bold] at {q['rate']:g} {q['rate_unit']}: {goal} within {_slo(q['slo'])}")
+    console.print(
+        styled((q["scenario"], "bold"), f" at {q['rate']:g} {q['rate_unit']}: {goal} within {_slo(q['slo'])}")
+    )
     w = p["winner"]
     if w is None:
-        console.print("[red]no candidate meets the SLO[/red]")
+        console.print(styled(("no candidate meets the SLO", "red")))
     else:
-        console.print("[bold green]winner[/bold green]:")
+        console.print(styled(("winner", "bold green"), ":"))
         print_answer(console, w["layout"], w)
         console.print(f"  as overrides: {w['label']}", overflow="fold")
     if p["runners_up"]:
@@ -113,7 +118,7 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     for line in p.get("widened", []):
         console.print(f"searched again: {line}", overflow="fold")
     for line in p.get("edges", []):
-        console.print(f"[yellow]at the edge[/yellow]: {line}", overflow="fold")
+        console.print(styled(("at the edge", "yellow"), f": {line}"), overflow="fold")
     for line in p.get("hints", []):
         console.print(f"  hint: {line}", overflow="fold")
     console.print(
@@ -143,8 +148,10 @@ def _num(v: float) -> str:
 def print_repeats(console: Console, r: dict[str, Any]) -> None:
     console = _narrow(console)
     console.print(
-        f"[bold]{r['scenario']}[/bold]: {r['repeats']} repeats over seeds {r['seeds'][0]}.."
-        f"{r['seeds'][-1]}; varied: {r['varied']}"
+        styled(
+            (r["scenario"], "bold"),
+            f": {r['repeats']} repeats over seeds {r['seeds'][0]}..{r['seeds'][-1]}; varied: {r['varied']}",
+        )
     )
     t = Table("metric", "mean", "95% CI", "range")
     for name, v in r["metrics"].items():

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from simulator.config.bounds import BOUNDS
+from simulator.config.bounds import format_number as num
 from simulator.config.scenario import SLO as ScenarioSLO
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
@@ -32,6 +34,7 @@ CANNOT_SUSTAIN = "cannot sustain the rate"
 MISSES_TTFT = "misses TTFT"
 MISSES_TPOT = "misses TPOT"
 MISSES_ATTAINMENT = "misses attainment"
+NO_REQUEST = "no request arrived"  # a run with nothing to judge meets no SLO
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,12 @@ class SLO:
                 raise InputError(f"--slo {key}: must be a positive number, got {raw.strip()}")
             if key == "attainment" and v > 1:
                 raise InputError(f"--slo attainment: a share of requests in (0, 1], got {raw.strip()}")
+            if key != "attainment":  # the scenario's own slo fields take it: their range, named by the option
+                lo, hi, what = BOUNDS[("SLO", key)]
+                if not lo <= v <= hi:
+                    raise InputError(
+                        f"--slo {key}: {num(v)} is out of range: {what} must lie in [{num(lo)}, {num(hi)}]"
+                    )
             values[key] = v
         return cls(**values)  # type: ignore[arg-type]
 
@@ -87,6 +96,8 @@ class SLO:
 
     def verdict(self, m: dict[str, Any]) -> str | None:
         """Why a complete run's metrics miss this SLO, or None when they meet it."""
+        if not m["requests"]:
+            return f"{NO_REQUEST}: the run has no latency to hold to the SLO"
         if m["rejected"]:
             return f"{DOES_NOT_FIT}: {m['rejected']:,} requests larger than an instance's KV cache were rejected"
         if m["unfinished"] or m["aborted"]:

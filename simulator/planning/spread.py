@@ -8,14 +8,12 @@ no spread (median = p10 = p90), so its draws equal the median.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from simulator.config.scenario import Scenario
-from simulator.pricing.profile import Profile
+from simulator.pricing.profile import Profile, read_file
 
 SPREAD_STREAM = 0x5350  # the draw's own random stream, apart from traffic and faults
 
@@ -35,13 +33,8 @@ def has_spread(sc: Scenario, base_dir: Path | None) -> bool:
     path = profile_path(sc, base_dir)
     if path is None:
         return False
-    Profile.load(path)  # validates, with the usual one-line errors
-    data = json.loads(path.read_text())
-    return any(
-        e.get("p10_us", e["median_us"]) != e["median_us"] or e.get("p90_us", e["median_us"]) != e["median_us"]
-        for entries in data["kernels"].values()
-        for e in entries
-    )
+    f = read_file(path)  # validates, with the usual one-line errors
+    return any(e.p10_us != e.median_us or e.p90_us != e.median_us for es in f.kernels.values() for e in es)
 
 
 def drawn_profile(sc: Scenario, base_dir: Path | None, draw: int) -> Profile | None:
@@ -49,13 +42,12 @@ def drawn_profile(sc: Scenario, base_dir: Path | None, draw: int) -> Profile | N
     path = profile_path(sc, base_dir)
     if path is None:
         return None
-    base = Profile.load(path)
-    data: dict[str, Any] = json.loads(path.read_text())
+    f = read_file(path)
     rng = np.random.default_rng([sc.seed, SPREAD_STREAM, draw])
     kernels = {}
-    for family, entries in data["kernels"].items():
-        lo = np.array([e.get("p10_us", e["median_us"]) for e in entries], dtype=float)
-        hi = np.array([e.get("p90_us", e["median_us"]) for e in entries], dtype=float)
+    for family, entries in f.kernels.items():
+        lo = np.array([e.p10_us for e in entries], dtype=float)
+        hi = np.array([e.p90_us for e in entries], dtype=float)
         us = lo + (np.maximum(hi, lo) - lo) * rng.random(len(entries))
-        kernels[family] = [(e["shape"], float(u)) for e, u in zip(entries, us, strict=True)]
-    return Profile(base.device, base.source, kernels, base.file, base.date)
+        kernels[family] = [(e.shape, float(u)) for e, u in zip(entries, us, strict=True)]
+    return Profile(f.device, f.source, kernels, str(path), f.date, f.measured_by, f.interpolate_gemm)

@@ -17,7 +17,6 @@ points around it — a derived number, which `provenance()` counts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config.safe_yaml import check_regular
 from simulator.config.scenario import Scenario
 from simulator.config.specs import HardwareSpec
-from simulator.errors import InputError
-from simulator.pricing.ops import FAMILIES
+from simulator.pricing import profile_file
 
 Point = Callable[[Mapping[str, Any]], Any]
 
@@ -157,9 +154,6 @@ def _build(family: str, entries: list[tuple[Mapping[str, Any], float]]) -> Table
     return Table(columns)
 
 
-MAX_PROFILE_BYTES = 256 << 20  # a full modeled profile is about 1 MiB
-
-
 class Profile:
     """A profile file's tables plus where they came from; `roofline()` is the empty, modeled one."""
 
@@ -220,38 +214,9 @@ class Profile:
     @classmethod
     def load(cls, path: str | Path) -> Profile:
         """Read and validate a profile JSON (docs/ops.md); any defect is one InputError naming the file."""
-        try:
-            check_regular(path, "profile")  # /dev/zero or a pipe: read without end
-            if Path(path).stat().st_size > MAX_PROFILE_BYTES:
-                raise InputError(f"{path}: larger than {MAX_PROFILE_BYTES >> 20} MiB: not a profile")
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"{path}: cannot read profile ({getattr(e, 'strerror', None) or e})") from None
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno})") from None
-        except RecursionError:
-            raise InputError(f"{path}: not a profile (JSON nested too deeply)") from None
-        if not isinstance(data, dict):
-            raise InputError(f"{path}: a profile must be a JSON object")
-        missing = [k for k in ("device", "source", "kernels") if k not in data]
-        if missing:
-            raise InputError(f"{path}: profile lacks {', '.join(missing)}")
-        if data["source"] not in ("measured", "modeled"):
-            raise InputError(f"{path}: source must be 'measured' or 'modeled', got {data['source']!r}")
-        if not isinstance(data["kernels"], dict):
-            raise InputError(f"{path}: kernels must map op family → list of entries")
-        kernels = {f: _entries(path, f, es) for f, es in data["kernels"].items()}
-        measured_by = data.get("measured_by")
-        if measured_by is not None and not (
-            isinstance(measured_by, dict) and isinstance(measured_by.get("summary"), str)
-        ):
-            raise InputError(f"{path}: measured_by must be an object with a 'summary' line")
-        interpolate = data.get("interpolate", {})
-        if interpolate not in ({}, {"gemm": ["n", "k"]}):
-            raise InputError(f'{path}: interpolate may only be {{"gemm": ["n", "k"]}}')
-        return cls(
-            str(data["device"]), data["source"], kernels, str(path), data.get("date"), measured_by, bool(interpolate)
-        )
+        f = read_file(path)
+        kernels = {fam: [(e.shape, e.median_us) for e in es] for fam, es in f.kernels.items()}
+        return cls(f.device, f.source, kernels, str(path), f.date, f.measured_by, f.interpolate_gemm)
 
     def provenance(self) -> dict[str, Any]:
         out = {"profile_source": self.source, "device": self.device, "file": self.file, "date": self.date}
@@ -333,44 +298,11 @@ class Profile:
         return None if t is None else t.curve(float(shape[ax.outer]) if ax.outer else 0.0)
 
 
-def _entries(path: str | Path, family: str, entries: Any) -> list[tuple[Mapping[str, Any], float]]:
-    where = f"{path}: kernels.{family}"
-    if family not in AXES:
-        known = ", ".join(f for f in FAMILIES if f in AXES)
-        raise InputError(f"{where}: unknown or unmeasurable op family (known: {known})")
-    if isinstance(entries, dict) and set(entries) == {"columns", "rows"}:
-        entries = _rows_as_entries(where, family, entries["columns"], entries["rows"])
-    if not isinstance(entries, list):
-        raise InputError(f"{where}: expected a list of entries")
-    keys = set(FAMILIES[family])
-    ax = AXES[family]
-    numeric = {k for k in (ax.outer, *ax.inner_keys) if k}
-    out = []
-    for i, e in enumerate(entries):
-        shape = e.get("shape") if isinstance(e, dict) else None
-        us = e.get("median_us") if isinstance(e, dict) else None
-        if not isinstance(shape, dict) or set(shape) != keys:
-            raise InputError(f"{where}[{i}]: shape must have exactly the keys {', '.join(FAMILIES[family])}")
-        if any(not isinstance(shape[k], int | float) or shape[k] < 0 for k in numeric):
-            raise InputError(f"{where}[{i}]: {', '.join(sorted(numeric))} must be non-negative numbers")
-        if not isinstance(us, int | float) or isinstance(us, bool) or not us > 0:
-            raise InputError(f"{where}[{i}]: median_us must be a positive number, got {us!r}")
-        out.append((shape, float(us)))
-    return out
+# Per family, the shape keys its tables are read along (numbers; every other key names a table).
+NUMERIC_KEYS = {family: frozenset(k for k in (ax.outer, *ax.inner_keys) if k) for family, ax in AXES.items()}
 
 
-def _rows_as_entries(where: str, family: str, columns: Any, rows: Any) -> list[dict[str, Any]]:
-    """The compact form of a large table, {"columns": [shape keys…, "median_us"], "rows": [[values…], …]}, as
-    entries (then validated like any)."""
-    want = {*FAMILIES[family], "median_us"}
-    if not isinstance(columns, list) or set(columns) != want or len(columns) != len(want):
-        raise InputError(f"{where}: columns must be the shape keys {', '.join(FAMILIES[family])} and median_us")
-    if not isinstance(rows, list):
-        raise InputError(f"{where}: rows must be a list")
-    out = []
-    for i, r in enumerate(rows):
-        if not isinstance(r, list) or len(r) != len(columns):
-            raise InputError(f"{where}.rows[{i}]: expected {len(columns)} values")
-        e = dict(zip(columns, r, strict=True))
-        out.append({"median_us": e.pop("median_us"), "shape": e})
-    return out
+def read_file(path: str | Path) -> profile_file.ProfileFile:
+    """A profile file checked entry by entry (`profile_file`), its spread kept: what `load` and the repeats'
+    draws of the p10–p90 spread read."""
+    return profile_file.read(path, NUMERIC_KEYS)

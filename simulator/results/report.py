@@ -10,6 +10,7 @@ from rich.table import Table
 
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import paired_deltas
+from simulator.console import styled
 from simulator.folding import Folding
 from simulator.results.cost import generating, per_mtok
 from simulator.results.sweep_table import sweep_table
@@ -52,7 +53,7 @@ def _fmt(v: Any) -> str:
 def print_run(console: Console, result: dict[str, Any]) -> None:
     m, it = result["metrics"], result["integrity"]
     text = Folding(console)
-    text.print(f"[bold]{result['scenario']['name']}[/bold]  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)")
+    text.print(styled((result["scenario"]["name"], "bold"), f"  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)"))
     t = Table("metric", "value", show_header=False)
     rows = [
         ("output tokens/s (per GPU)", f"{_fmt(m['output_tokens_per_s'])} ({_fmt(m['output_tokens_per_s_per_gpu'])})"),

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from array import array
 from pathlib import Path
 
 import numpy as np
 
+from simulator import input_files
 from simulator.config.scenario import Length
 from simulator.errors import InputError
 
@@ -25,15 +28,10 @@ def resolve(path: str, base_dir: Path | None) -> Path:
 
 
 def read_lengths(path: Path) -> np.ndarray:
-    """One positive integer per line (blanks skipped): the population an empirical length is drawn from."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read length file ({getattr(e, 'strerror', None) or e})") from None
-    values = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    """One positive integer per line (blanks skipped): the population an empirical length is drawn from. Read
+    as a stream into 8-byte integers, never as the whole text."""
+    values = array("q")
+    for n, line in input_files.lines(path, input_files.LENGTHS):
         try:
             v = int(line)
         except ValueError:
@@ -45,7 +43,28 @@ def read_lengths(path: Path) -> np.ndarray:
         values.append(v)
     if not values:
         raise InputError(f"{path}: length file has no lengths")
-    return np.array(values, dtype=np.int64)
+    return np.frombuffer(values, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4)
+def _population(path: Path, size: int, mtime_ns: int) -> np.ndarray:
+    return read_lengths(path)
+
+
+def population(path: Path) -> np.ndarray:
+    """A length file's values, read once per version of the file (every draw of a run, and the work estimate
+    before it, reads the same array: re-reading a large file for each chunk of draws took minutes)."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read length file ({e.strerror})") from None
+    return _population(path, st.st_size, st.st_mtime_ns)
+
+
+def stats(path: Path) -> tuple[int, float]:
+    """(how many lengths, their mean) of a length file, for the work estimate."""
+    values = population(path)
+    return values.size, float(values.mean())
 
 
 def sample(length: Length, rng: np.random.Generator, n: int, base_dir: Path | None = None) -> np.ndarray:
@@ -59,5 +78,5 @@ def sample(length: Length, rng: np.random.Generator, n: int, base_dir: Path | No
         x = np.rint(np.minimum(x, 2.0**53)).astype(np.int64)  # a far tail must not overflow the cast
     else:
         assert length.file is not None
-        x = rng.choice(read_lengths(resolve(length.file, base_dir)), size=n)
+        x = rng.choice(population(resolve(length.file, base_dir)), size=n)
     return np.clip(x, 1, length.max if length.max is not None else None)
