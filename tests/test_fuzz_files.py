@@ -16,7 +16,6 @@ import os
 import resource
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,32 +64,48 @@ def _bounded() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT_BYTES, LIMIT_BYTES))
 
 
+# The child's own peak RSS, written at exit: `ru_maxrss` of a child forked from a large pytest process counts the
+# parent's pages it held before exec, so it measures pytest, not the run.
+CHILD = (
+    "import atexit, os\n"
+    "from phaseplan.cli import main\n"
+    "def hwm():\n"
+    "    with open('/proc/self/status') as f, open(os.environ['PHASEPLAN_TEST_HWM'], 'w') as out:\n"
+    "        out.write(next(line.split()[1] for line in f if line.startswith('VmHWM:')))\n"
+    "atexit.register(hwm)\n"
+    "main()\n"
+)
+
+
 def run_bounded(args: list[str], cwd: Path) -> tuple[int, str, str, float, float]:
-    """(exit code, stdout, stderr, seconds, peak RSS in MiB) of `phaseplan ARGS` in a bounded child (outputs to
-    files, so the child can be waited for with its own resource usage)."""
+    """(exit code, stdout, stderr, seconds, peak RSS in MiB) of `phaseplan ARGS` in a bounded child."""
+    hwm = cwd / "hwm"
+    hwm.unlink(missing_ok=True)
     with (cwd / "stdout").open("w+b") as out, (cwd / "stderr").open("w+b") as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from phaseplan.cli import main; main()", *args],
+            [sys.executable, "-c", CHILD, *args],
             cwd=cwd,
             stdout=out,
             stderr=err,
             preexec_fn=_bounded,
+            env={**os.environ, "PHASEPLAN_TEST_HWM": str(hwm)},
         )
-        timer = threading.Timer(3 * EXAMPLE_SECONDS, proc.kill)
-        timer.start()
-        _, status, usage = os.wait4(proc.pid, 0)
-        timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        try:
+            proc.wait(timeout=3 * EXAMPLE_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         seconds = time.monotonic() - t0
         out.seek(0)
         err.seek(0)
+        peak_kib = float(hwm.read_text()) if hwm.exists() else 0.0
         return (
             proc.returncode,
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
             seconds,
-            (usage.ru_maxrss / 1024),
+            peak_kib / 1024,
         )
 
 
