@@ -182,6 +182,7 @@ def test_the_app_verb_serves_headless_without_usage_statistics() -> None:
     flags = dict(zip(cmd[cmd.index("run") + 2 :: 2], cmd[cmd.index("run") + 3 :: 2], strict=True))
     assert flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
     assert flags["--server.address"] == "localhost" and flags["--server.port"] == "8600"
+    assert flags["--client.toolbarMode"] == "minimal"  # no Deploy button in a planner
 
 
 def test_the_command_the_page_prints_loads_the_same_scenario() -> None:
