@@ -56,10 +56,3 @@ def _same(a: str, b: str, study: Study) -> bool:
 def study_choice(study: Study, options: list[Choice]) -> int:
     """The index of the study's own profile among `options`."""
     return next(i for i, c in enumerate(options) if _same(c.value, study.scenario.profile, study))
-
-
-def reversed_by(a: float | None, b: float | None, a2: float | None, b2: float | None) -> bool:
-    """Whether B beats A one way (a, b) and loses the other (a2, b2): a sign flip of the difference."""
-    if None in (a, b, a2, b2):
-        return False
-    return (b - a) * (b2 - a2) < 0  # type: ignore[operator]

@@ -21,7 +21,9 @@ base = knobs.study_values(study.scenario, study.raw)  # what a knob left alone m
 start = knobs.start_values(study.scenario, study.raw)  # where the knobs open: the study's focus
 deployment = sidebar.deployment_knobs(study, start)
 chosen = {**deployment, **sidebar.pricing_knobs(study, start), **sidebar.traffic_knobs(study, start)}
-overrides = {**knobs.overrides(base, chosen), **knobs.focus_overrides(study.scenario, base)}
+fixed = knobs.focus_overrides(study.scenario, base)
+overrides = {**knobs.overrides(base, chosen), **fixed}
+opening = {**knobs.overrides(base, start), **fixed}  # the knobs as the study opens: run without asking
 focus = ", ".join(f"{k}={v}" for k, v in study.scenario.focus.items())
 st.caption(
     f"**{study.label}** · {study.scenario.name}"
@@ -40,7 +42,7 @@ with tabs[0]:
         capacity.render(study, knobs.overrides(base, deployment))
 with tabs[1]:
     if tabs[1].open:
-        whatif.render(study, overrides)
+        whatif.render(study, overrides, opening)
 with tabs[2]:
     if tabs[2].open:
         compare.render(study, overrides)
