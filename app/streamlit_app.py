@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import knobs
-from app.views import capacity, compare, plan, sidebar, whatif
+from app.views import capacity, compare, plan, sidebar, url, whatif
 
 st.set_page_config(page_title="phaseplan planner", layout="wide")
 st.title("phaseplan planner")
@@ -34,7 +34,7 @@ st.caption(
 
 # Only the open view runs (switching views reruns the page): a view's charts cost the browser seconds to draw.
 views = ["Capacity", "What-if", "Compare & curves", "Plan"]
-first = st.query_params.get("view")  # ?view=What-if links straight to a view
+first = url.opened_with("view")  # ?view=What-if links straight to a view
 tabs = st.tabs(views, key="view", on_change="rerun", default=first if first in views else None)
 st.query_params["view"] = next((v for v, t in zip(views, tabs, strict=True) if t.open), views[0])
 with tabs[0]:

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from app import knobs, pricing, runs, scenario_io
 from app.scenario_io import Study
+from app.views import url
 from simulator.errors import InputError
 
 DEFAULT_STUDY = "fleet-disaggregated"
@@ -27,7 +28,7 @@ def pick_study() -> Study:
     names = list(paths)
     sb = st.sidebar
     sb.header("scenario")
-    first = st.query_params.get("study", DEFAULT_STUDY)  # ?study=NAME links straight to a study
+    first = url.opened_with("study") or DEFAULT_STUDY  # ?study=NAME links straight to a study
     name = sb.selectbox("study", names, index=names.index(first) if first in names else 0, key="study")
     st.query_params["study"] = name  # the URL follows the pick, so a reload or a shared link opens it again
     study = _bundled(str(paths[name]))
