@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from app.scenario_io import ROOT, Study
-from simulator.pricing.profile import Profile
 
 PROFILES = ROOT / "profiles"
 ROOFLINE = "roofline"
@@ -27,20 +25,14 @@ class Choice:
     label: str
 
 
-@cache
-def _describe(path: Path) -> str:
-    """`h200-sglang.json: measured on H200 by AIConfigurator …`: the file and who made its numbers."""
-    prof = Profile.load(path)
-    who = prof.measured_by["summary"] if prof.measured_by else f"{prof.source} ({prof.device})"
-    return f"{path.name}: {who}"
-
-
 def choices(study: Study) -> list[Choice]:
     """Roofline first, then the bundled profiles of the study's hardware, and the study's own if elsewhere."""
     out = [Choice(ROOFLINE, "roofline: modeled from the hardware preset")]
     hw = study.scenario.hardware.name
     for path in sorted(PROFILES.glob(f"{hw}-*.json")):
-        out.append(Choice(Path(os.path.relpath(path, study.base_dir)).as_posix(), _describe(path)))
+        # Named by file only: reading a measured table to describe it costs seconds (the SGLang one is
+        # ~140,000 rows), and the sidebar draws before every view; the run's provenance line says the rest.
+        out.append(Choice(Path(os.path.relpath(path, study.base_dir)).as_posix(), f"{path.name}: kernel profile"))
     own = study.scenario.profile
     if not any(_same(c.value, own, study) for c in out):
         out.append(Choice(own, f"{Path(own).name}: the study's own profile"))
