@@ -34,8 +34,8 @@ class Delta:
     unit: str
     a: float | None
     b: float | None
-    change: float | None  # b - a
-    ratio: float | None  # b / a - 1
+    change: float | None  # b - a (for a share: in points, not relative)
+    ratio: float | None  # b / a - 1; None for a share, whose relative change misleads (+632% of a 11% share)
     better: bool | None  # whether b is better than a; None when equal or not comparable
 
 
@@ -47,7 +47,7 @@ def deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
         change = ratio = better = None
         if x is not None and y is not None:
             change = y - x
-            ratio = (y / x - 1) if x else None
+            ratio = (y / x - 1) if x and unit != "%" else None
             better = None if y == x else (y > x) == higher
         out.append(Delta(label, unit, x, y, change, ratio, better))
     return out
@@ -64,3 +64,16 @@ def curve_points(vary: str, values: list[Any], x_path: str, xs: list[Any]) -> li
     if not 1 <= len(values) <= 3:
         raise InputError(f"curves: pick one to three configurations (got {len(values)})")
     return [{vary: v, x_path: x} for v in values for x in xs]
+
+
+HEADLINE = ("output throughput", "TTFT p95", "TPOT p95", "SLO attainment", "cost")
+
+
+def reversals(one: list[Delta], other: list[Delta]) -> list[tuple[Delta, Delta]]:
+    """The headline figures on which B beats A priced one way and loses to it priced the other."""
+    by_label = {d.label: d for d in other}
+    return [
+        (d, by_label[d.label])
+        for d in one
+        if d.label in HEADLINE and d.better is not None and by_label[d.label].better is (not d.better)
+    ]

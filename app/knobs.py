@@ -77,7 +77,18 @@ def study_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
     out["integrity.enabled"] = sc.integrity.enabled
     out["slo.ttft_p95_ms"] = sc.slo.ttft_p95_ms
     out["slo.tpot_p95_ms"] = sc.slo.tpot_p95_ms
+    out["profile"] = sc.profile
     return out
+
+
+def start_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
+    """Where the knobs start: the study's values, at its `focus` (the sweep point its question turns on)."""
+    return {**study_values(sc, raw), **sc.focus}
+
+
+def focus_overrides(sc: Scenario, base: dict[str, Any]) -> dict[str, Any]:
+    """The focus paths no knob shows: always set, since the page opens at the focus and cannot move them."""
+    return {path: value for path, value in sc.focus.items() if path not in base}
 
 
 def overrides(base: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:

@@ -39,28 +39,38 @@ class Study:
     scenario: Scenario
     base_dir: Path  # where its relative file names resolve
     key: str  # short hash of the raw mapping: widgets are keyed by it, so they reset when the study changes
+    path: str  # what a printed command names: the bundled file, or where an upload is to be saved
+    upload: bytes | None = None  # an upload's own bytes, offered back as a download next to its command
 
 
 def bundled() -> list[Path]:
     return sorted(SCENARIOS.glob("*.yaml"))
 
 
-def _study(label: str, raw: dict[str, Any], lines: dict[tuple[str, ...], int], base_dir: Path) -> Study:
+def _study(
+    label: str,
+    raw: dict[str, Any],
+    lines: dict[tuple[str, ...], int],
+    base_dir: Path,
+    path: str,
+    upload: bytes | None = None,
+) -> Study:
     scenario = loader.validate(raw, label, lines)
     digest = hashlib.sha256(json.dumps([label, raw], sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return Study(label, raw, scenario, base_dir, digest)
+    return Study(label, raw, scenario, base_dir, digest, path, upload)
 
 
 def from_path(path: Path) -> Study:
     """A scenario file; errors are the loader's lines naming the file."""
     raw, lines = loader.read_yaml(path)
     label = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    return _study(label, raw, lines, path.parent)
+    return _study(label, raw, lines, path.parent, label)
 
 
 def from_upload(name: str, content: bytes) -> Study:
     """An uploaded YAML, read as if it sat in `scenarios/` (so `../traces/...` works as in a bundled study)."""
-    label = f"upload {_safe_name(name)}"
+    safe = _safe_name(name)
+    label = f"upload {safe}"
     if len(content) > MAX_UPLOAD_BYTES:
         raise InputError(
             f"{label}: {len(content) / 1024:,.0f} KiB is over the {MAX_UPLOAD_BYTES // 1024} KiB "
@@ -78,7 +88,8 @@ def from_upload(name: str, content: bytes) -> Study:
             raw, lines = loader.read_yaml(path)
         except InputError as e:
             raise InputError(str(e).replace(str(path), label)) from None
-    study = _study(label, raw, lines, SCENARIOS)
+    # Its file names resolve from scenarios/, so that is where the page's commands expect it saved.
+    study = _study(label, raw, lines, SCENARIOS, f"scenarios/{safe}", content)
     _files_inside_project(study)
     return study
 

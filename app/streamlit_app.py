@@ -11,30 +11,38 @@ from __future__ import annotations
 import streamlit as st
 
 from app import knobs
-from app.views import capacity, compare, plan, sidebar, whatif
+from app.views import capacity, compare, plan, sidebar, url, whatif
 
 st.set_page_config(page_title="phaseplan planner", layout="wide")
 st.title("phaseplan planner")
 
 study = sidebar.pick_study()
-base = knobs.study_values(study.scenario, study.raw)
-deployment = sidebar.deployment_knobs(study, base)
-overrides = knobs.overrides(base, {**deployment, **sidebar.traffic_knobs(study, base)})
+base = knobs.study_values(study.scenario, study.raw)  # what a knob left alone means: no --set
+start = knobs.start_values(study.scenario, study.raw)  # where the knobs open: the study's focus
+deployment = sidebar.deployment_knobs(study, start)
+chosen = {**deployment, **sidebar.pricing_knobs(study, start), **sidebar.traffic_knobs(study, start)}
+fixed = knobs.focus_overrides(study.scenario, base)
+overrides = {**knobs.overrides(base, chosen), **fixed}
+opening = {**knobs.overrides(base, start), **fixed}  # the knobs as the study opens: run without asking
+focus = ", ".join(f"{k}={v}" for k, v in study.scenario.focus.items())
 st.caption(
-    f"**{study.label}** · {study.scenario.name} · every simulated number is labelled with the profile that "
-    "priced it (modeled or measured); capacity figures are memory arithmetic"
+    f"**{study.label}** · {study.scenario.name}"
+    + (f" · opens at {focus}, the point its question turns on" if focus else "")
+    + " · every simulated number is labelled with the profile that priced it (modeled or measured); capacity "
+    "figures are memory arithmetic"
 )
 
 # Only the open view runs (switching views reruns the page): a view's charts cost the browser seconds to draw.
 views = ["Capacity", "What-if", "Compare & curves", "Plan"]
-first = st.query_params.get("view")  # ?view=What-if links straight to a view
+first = url.opened_with("view")  # ?view=What-if links straight to a view
 tabs = st.tabs(views, key="view", on_change="rerun", default=first if first in views else None)
+st.query_params["view"] = next((v for v, t in zip(views, tabs, strict=True) if t.open), views[0])
 with tabs[0]:
     if tabs[0].open:
         capacity.render(study, knobs.overrides(base, deployment))
 with tabs[1]:
     if tabs[1].open:
-        whatif.render(study, overrides)
+        whatif.render(study, overrides, opening)
 with tabs[2]:
     if tabs[2].open:
         compare.render(study, overrides)

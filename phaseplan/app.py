@@ -34,6 +34,8 @@ def command(port: int, address: str = "localhost") -> list[str]:
         "false",
         "--server.maxUploadSize",
         str(MAX_UPLOAD_MB),
+        "--client.toolbarMode",
+        "minimal",  # a planner's page: no Deploy button or developer menu
     ]
 
 

@@ -133,7 +133,10 @@ def test_deltas_and_curve_points() -> None:
     ("content", "expect"),
     [
         (b"name: x\nmodel: [unclosed\n", r"^upload bad\.yaml: line 3: YAML syntax error"),
-        (b"name: x\nmodel: kimi-k2.6\nbogus: 1\n", r"^upload bad\.yaml: line 3: bogus: unknown key \(valid keys at"),
+        (
+            b"name: x\nmodel: kimi-k2.6\nextra_field: 1\n",
+            r"^upload bad\.yaml: line 3: extra_field: unknown key \(valid keys at",
+        ),
         (b"- a list\n", r"^upload bad\.yaml: a scenario must be a YAML mapping"),
         (b"\xff\xfe", r"^upload bad\.yaml: not UTF-8 text"),
         (b"#" * (scenario_io.MAX_UPLOAD_BYTES + 1), r"^upload bad\.yaml: 256 KiB is over the 256 KiB"),
@@ -182,6 +185,7 @@ def test_the_app_verb_serves_headless_without_usage_statistics() -> None:
     flags = dict(zip(cmd[cmd.index("run") + 2 :: 2], cmd[cmd.index("run") + 3 :: 2], strict=True))
     assert flags["--server.headless"] == "true" and flags["--browser.gatherUsageStats"] == "false"
     assert flags["--server.address"] == "localhost" and flags["--server.port"] == "8600"
+    assert flags["--client.toolbarMode"] == "minimal"  # no Deploy button in a planner
 
 
 def test_the_command_the_page_prints_loads_the_same_scenario() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from app import scenario_io
 from app.views.fmt import num
 
 testing = pytest.importorskip("streamlit.testing.v1", reason="the `app` extra (Streamlit) is not installed")
@@ -50,3 +51,28 @@ def test_plan_view_answers_as_the_cli_does() -> None:
     want = cli(plan_line)
     assert any(s.value == f"winner: {want['winner']['label']}" for s in at.success)
     assert {m.label: m.value for m in at.metric}["GPUs"] == num(want["winner"]["gpus"])
+
+
+def plan_line(at: testing.AppTest) -> str:
+    return next(c.value for c in at.code if c.value.startswith("phaseplan plan "))
+
+
+def test_plan_inputs_follow_the_study_and_an_upload() -> None:
+    at = testing.AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=120)
+    at.query_params["study"] = "b200-nvfp4"
+    at.query_params["view"] = "Plan"
+    at.run()
+    b200 = scenario_io.from_path(scenario_io.SCENARIOS / "b200-nvfp4.yaml").key
+    assert at.number_input(key=f"knob:{b200}:plan.rate").value == 30.0
+    at.number_input(key=f"knob:{b200}:plan.rate").set_value(12.0).run()
+    assert "--rate 12 " in plan_line(at)
+    at.selectbox(key="study").set_value("fleet-disaggregated").run()
+    line = plan_line(at)
+    assert line.startswith("phaseplan plan scenarios/fleet-disaggregated.yaml --rate 1.5 ")
+    assert "ttft_p95_ms=2000," in line and at.query_params["study"] == "fleet-disaggregated"
+    assert len([n for n in at.number_input if "SLO" in n.label]) == 2  # one TTFT and one TPOT input, the sidebar's
+    mine = (scenario_io.SCENARIOS / "b200-nvfp4.yaml").read_text().replace("rate: 30.0", "rate: 7.5")
+    at.sidebar.file_uploader[0].set_value(("mine.yaml", mine.encode(), "text/yaml")).run()
+    assert not at.exception
+    line = plan_line(at)
+    assert line.startswith("phaseplan plan scenarios/mine.yaml --rate 7.5 ") and "ttft_p95_ms=3000," in line

@@ -85,7 +85,10 @@ def test_knobs_start_at_the_study_and_reset_when_it_changes() -> None:
     kv = key("kimi-k2.6-kv-formats", "deployment.decode.kv_cache")
     assert at.selectbox(key=kv).value == "bf16"
     at.selectbox(key=kv).set_value("fp8_e4m3").run()
-    assert any("press **Run simulation**" in i.value for i in at.info)
+    (stale,) = [w.value for w in at.warning if w.value.startswith("**Stale:**")]  # the BF16 run stays, marked
+    assert "deployment.decode.kv_cache=fp8_e4m3" in stale and "Press **Run simulation**" in stale
+    bf16 = cli("kimi-k2.6-kv-formats", "traffic.concurrency=64")["metrics"]  # opened at its focus, 64 clients
+    assert metrics(at)["output throughput"] == num(bf16["output_tokens_per_s"], "tok/s")
     at.selectbox(key="study").set_value("glm-5.2-prefill").run()
     glm = "glm-5.2-prefill"
     assert at.number_input(key=key(glm, "traffic.prompt_tokens.value")).value == 8192
@@ -122,7 +125,8 @@ def test_compare_bf16_and_fp8_side_by_side() -> None:
     at.button(key="run").click().run()
     assert not at.exception
     open_view(at, "Compare & curves")
-    bf16, fp8 = cli(name)["metrics"], cli(name, "deployment.decode.kv_cache=fp8_e4m3")["metrics"]
+    at64 = "traffic.concurrency=64"  # the study's focus: where only FP8 holds every client
+    bf16, fp8 = cli(name, at64)["metrics"], cli(name, at64, "deployment.decode.kv_cache=fp8_e4m3")["metrics"]
     table = at.table[-1].value
     row = table[table["figure"] == "output throughput"].iloc[0]
     assert row["A"] == num(bf16["output_tokens_per_s"], "tok/s")
@@ -152,9 +156,11 @@ def test_curves_run_every_point_in_the_background() -> None:
 def test_bad_upload_shows_its_line_and_the_next_good_one_works() -> None:
     at = page("integrity-overhead", "What-if")
     before = metrics(at)["output throughput"]
-    at.sidebar.file_uploader[0].set_value(("broken.yaml", b"name: x\nmodel: kimi-k2.6\nbogus: 1\n", "text/yaml")).run()
+    at.sidebar.file_uploader[0].set_value(
+        ("broken.yaml", b"name: x\nmodel: kimi-k2.6\nextra_field: 1\n", "text/yaml")
+    ).run()
     (err,) = [e.value for e in at.sidebar.error]
-    assert err.startswith("upload broken.yaml: line 3: bogus: unknown key (valid keys at the top level: name, ")
+    assert err.startswith("upload broken.yaml: line 3: extra_field: unknown key (valid keys at the top level: name, ")
     assert metrics(at)["output throughput"] == before and not at.exception  # still the bundled study
     good = (scenario_io.SCENARIOS / "kimi-k2.6-decode.yaml").read_bytes()
     at.sidebar.file_uploader[0].set_value(("mine.yaml", good, "text/yaml")).run()

@@ -82,12 +82,12 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
             b.metric(f"KV pages per instance (× {g.page_size})", num(g.pages))
             fit = g.concurrency(ctx)
             a.metric(
-                f"concurrency at {ctx:,} tokens",
-                num(fit * pool.instances),
-                help=f"requests whose KV fits at once in the pool: {fit:,} per instance × {pool.instances} "
-                "instances; the scheduler also caps an instance "
-                f"at max_running = {pool.max_running}",
+                f"requests of {ctx:,} tokens per instance",
+                num(fit),
+                help="requests whose KV fits at once in one instance's pages; the scheduler also caps an "
+                f"instance at max_running = {pool.max_running}",
             )
+            b.metric(f"same, whole pool ({pool.instances} instances)", num(fit * pool.instances))
             b.metric("KV bytes per token per GPU", num(g.kv_bytes_per_token, "B"))
     st.altair_chart(charts.memory_bars(list(gpus.values())))
 

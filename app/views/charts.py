@@ -11,6 +11,8 @@ import pandas as pd
 from app.gpu_memory import GpuMemory
 
 PARTS = ["weights", "KV pool", "reserve", "headroom"]
+# Okabe & Ito's colour-blind-safe palette: the curves' configurations never read as two shades of one blue.
+SAFE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7"]
 
 
 def memory_bars(gpus: list[GpuMemory]) -> alt.Chart:
@@ -41,6 +43,10 @@ def histogram(values: np.ndarray, title: str) -> alt.Chart:
         .encode(
             x=alt.X("v:Q", bin=alt.Bin(maxbins=40), title=title),
             y=alt.Y("count():Q", title="requests"),
+            tooltip=[
+                alt.Tooltip("v:Q", bin=alt.Bin(maxbins=40), title=title),
+                alt.Tooltip("count():Q", title="requests"),
+            ],
         )
     )
 
@@ -49,7 +55,11 @@ def over_time(points: list[list[float]] | np.ndarray, title: str, percent: bool 
     """A series over simulated time, seconds on the x axis."""
     df = pd.DataFrame(np.asarray(points, dtype=float).reshape(-1, 2), columns=["t", "v"])
     y = alt.Y("v:Q", title=title, axis=alt.Axis(format="%") if percent else alt.Axis())
-    return alt.Chart(df).mark_line(interpolate="step-after").encode(x=alt.X("t:Q", title="simulated time (s)"), y=y)
+    return (
+        alt.Chart(df)
+        .mark_line(interpolate="step-after")
+        .encode(x=alt.X("t:Q", title="simulated time (s)"), y=y, tooltip=[alt.Tooltip("t:Q", title="s"), "v:Q"])
+    )
 
 
 def step_time(by_family: dict[str, float]) -> alt.Chart:
@@ -66,15 +76,28 @@ def step_time(by_family: dict[str, float]) -> alt.Chart:
     )
 
 
-def curves(rows: list[dict[str, Any]], x_title: str, y: str, y_title: str) -> alt.Chart:
-    """One line per configuration over the load axis."""
-    return (
+def curves(rows: list[dict[str, Any]], x_title: str, y: str, y_title: str, limit: float | None = None) -> Any:
+    """One line per configuration over the load axis, values on hover; `limit` (an SLO) as a dashed line."""
+    lines = (
         alt.Chart(pd.DataFrame(rows))
-        .mark_line(point=True)
+        .mark_line(point=alt.OverlayMarkDef(size=60))
         .encode(
             x=alt.X("x:Q", title=x_title),
             y=alt.Y(f"{y}:Q", title=y_title),
-            color=alt.Color("configuration:N", title=None, legend=alt.Legend(orient="bottom", columns=1)),
-            tooltip=["configuration", "x", y],
+            color=alt.Color(
+                "configuration:N",
+                title=None,
+                scale=alt.Scale(range=SAFE),
+                legend=alt.Legend(orient="bottom", columns=1),
+            ),
+            tooltip=["configuration", alt.Tooltip("x:Q", title=x_title), alt.Tooltip(f"{y}:Q", format=",.1f")],
         )
     )
+    if limit is None:
+        return lines
+    rule = (
+        alt.Chart(pd.DataFrame({"limit": [limit], "label": [f"SLO {limit:,g} ms"]}))
+        .mark_rule(strokeDash=[6, 4], color="#D55E00")
+        .encode(y="limit:Q", tooltip=["label"])
+    )
+    return lines + rule

@@ -6,12 +6,13 @@ from typing import Any
 
 import streamlit as st
 
-from app import compare, knobs, runs, scenario_io
-from app.runs import Run
+from app import compare, knobs, pricing, runs, scenario_io
+from app.runs import MAX_REQUESTS, Run
 from app.scenario_io import Study
 from app.views import charts
 from app.views.fmt import num, signed, source_tag
 from app.views.whatif import run_cache
+from simulator.config.scenario import SLO
 from simulator.errors import InputError
 
 CURVE_MAX_REQUESTS = 1000  # per point: a chart of several points still answers in seconds
@@ -38,6 +39,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
         st.info(f"Pinned A = {describe(pinned)}. Change a knob in What-if and run it to compare.")
     else:
         _side_by_side(pinned, latest)
+        _other_pricing(study, pinned, latest)
     st.subheader("Curves")
     _curves(study, overrides)
 
@@ -64,6 +66,64 @@ def _side_by_side(a: Run, b: Run) -> None:
     st.caption(f"A: {source_tag(a.result)} · B: {source_tag(b.result)}")
 
 
+def _profile(study: Study, run: Run) -> str:
+    return run.overrides.get("profile", study.scenario.profile)
+
+
+def _other_pricing(study: Study, a: Run, b: Run) -> None:
+    """A and B priced by every other profile of the hardware, in the background; a notice where that reverses
+    a headline figure of the comparison above, with both."""
+    own = _profile(study, a)
+    if a.study != study.label or _profile(study, b) != own:
+        return  # A and B priced differently already, or from another study: no like-for-like re-pricing
+    labels = {c.value: c.label for c in pricing.choices(study)}
+    others = [v for v in labels if v != own]
+    pairs = [[{**r.overrides, "profile": v} for r in (a, b)] for v in others]
+    found = [[runs.lookup(study, o, run_cache())[1] for o in pair] for pair in pairs]
+    todo = [o for pair, got in zip(pairs, found, strict=True) for o, r in zip(pair, got, strict=True) if r is None]
+    job: runs.Batch | None = st.session_state.get("pricing-job")
+    if todo and not (job and job.running):
+        job = st.session_state["pricing-job"] = runs.Batch(study, todo, run_cache(), MAX_REQUESTS)
+    if job is not None and job.running:
+        _pricing_progress(job)
+        return
+    mine = compare.deltas(a.result, b.result)
+    for value, (a2, b2) in zip(others, found, strict=True):
+        if a2 is None or b2 is None:
+            continue
+        flips = compare.reversals(mine, compare.deltas(a2.result, b2.result))
+        if flips:
+            st.warning(
+                f"**The pricing decides this comparison.** Priced by {labels[value]} instead of "
+                f"{labels.get(own, own)}, B is the other way round on "
+                + ", ".join(d.label for d, _ in flips)
+                + ". Both:"
+            )
+            st.table(
+                [
+                    {
+                        "figure": d.label,
+                        "this pricing: A": num(d.a, d.unit),
+                        "B": num(d.b, d.unit),
+                        "": "better" if d.better else "worse",
+                        f"{value.rsplit('/', 1)[-1]}: A": num(o.a, o.unit),
+                        "B ": num(o.b, o.unit),
+                        " ": "better" if o.better else "worse",
+                    }
+                    for d, o in flips
+                ],
+                hide_index=True,
+            )
+
+
+@st.fragment(run_every=1.0)
+def _pricing_progress(job: runs.Batch) -> None:
+    if job.running:
+        st.progress(job.done / job.total, text="pricing A and B by the other profiles (in the background)…")
+    else:
+        st.rerun()
+
+
 def _parse_xs(text: str, integer: bool) -> list[Any]:
     try:
         xs = [int(v) if integer else float(v) for v in text.replace(",", " ").split()]
@@ -74,9 +134,13 @@ def _parse_xs(text: str, integer: bool) -> list[Any]:
     return xs
 
 
-def _default_xs(load: str, own: float) -> str:
+def _default_xs(study: Study, load: str, own: float) -> str:
+    """The study's own sweep of the load, else around its load."""
+    swept = study.scenario.sweep.get(load)
+    if swept:
+        return ", ".join(f"{x:g}" for x in swept[:8])
     if load == "traffic.concurrency":
-        return "1, 8, 32"
+        return ", ".join(str(x) for x in sorted({1, 8, 32, 64, int(own)}))
     return ", ".join(f"{own * f:g}" for f in (0.5, 1, 2))
 
 
@@ -85,12 +149,14 @@ def _curves(study: Study, overrides: dict[str, Any]) -> None:
     x_title = knobs.LOAD_LABELS[load][0]
     own = overrides.get(load, getattr(study.scenario.traffic, load.split(".")[1]))
     c1, c2, c3 = st.columns(3)
-    vary = c1.selectbox("configurations differ in", list(VARY), key="curve:vary")
+    swept = [p for p in VARY if p in study.scenario.sweep]  # the study's own comparison first
+    vary = c1.selectbox("configurations differ in", swept + [p for p in VARY if p not in swept], key="curve:vary")
     options = VARY[vary]
+    default = [v for v in study.scenario.sweep.get(vary, []) if v in options][:3] or options[:2]
     values = c2.multiselect(
-        "configurations (up to 3)", options, default=options[:2], max_selections=3, key=f"curve:values:{vary}"
+        "configurations (up to 3)", options, default=default, max_selections=3, key=f"curve:values:{vary}"
     )
-    text = c3.text_input(f"{x_title}: values", _default_xs(load, own), key=f"curve:xs:{study.key}")
+    text = c3.text_input(f"{x_title}: values", _default_xs(study, load, own), key=f"curve:xs:{study.key}")
     st.caption(
         f"Each point is the What-if configuration with the two fields set, capped at {CURVE_MAX_REQUESTS:,} requests."
     )
@@ -114,7 +180,7 @@ def _curves(study: Study, overrides: dict[str, Any]) -> None:
     if len(done) < len(points):
         st.info(f"{len(points) - len(done)} of {len(points)} points not run yet: press **Run curves**.")
         return
-    _draw_curves(points, done, vary, load)
+    _draw_curves(points, done, vary, load, runs.scenario_for(study, overrides).slo)
 
 
 @st.fragment(run_every=1.0)
@@ -129,7 +195,7 @@ def _progress(job: runs.Batch) -> None:
         st.rerun()
 
 
-def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load: str) -> None:
+def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load: str, slo: SLO) -> None:
     x_title, unit = knobs.LOAD_LABELS[load]
     rows = [
         {
@@ -144,8 +210,8 @@ def _draw_curves(points: list[dict[str, Any]], done: list[Run], vary: str, load:
     x_axis = f"{x_title} ({unit})"
     a, b, c = st.columns(3)
     a.altair_chart(charts.curves(rows, x_axis, "output tok/s", "output throughput (tok/s)"))
-    b.altair_chart(charts.curves(rows, x_axis, "TPOT p95 ms", "TPOT p95 (ms)"))
-    c.altair_chart(charts.curves(rows, x_axis, "TTFT p95 ms", "TTFT p95 (ms)"))
+    b.altair_chart(charts.curves(rows, x_axis, "TPOT p95 ms", "TPOT p95 (ms)", slo.tpot_p95_ms))
+    c.altair_chart(charts.curves(rows, x_axis, "TTFT p95 ms", "TTFT p95 (ms)", slo.ttft_p95_ms))
     capped = sum(r.capped for r in done)
     cut = f" · {capped} point(s) stopped at the {CURVE_MAX_REQUESTS:,}-request cap" if capped else ""
     st.caption(source_tag(done[0].result) + cut)

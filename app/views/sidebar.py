@@ -8,8 +8,9 @@ from typing import Any
 import streamlit as st
 from pydantic import ValidationError
 
-from app import knobs, runs, scenario_io
+from app import knobs, pricing, runs, scenario_io
 from app.scenario_io import Study
+from app.views import url
 from simulator.errors import InputError
 
 DEFAULT_STUDY = "fleet-disaggregated"
@@ -27,15 +28,19 @@ def pick_study() -> Study:
     names = list(paths)
     sb = st.sidebar
     sb.header("scenario")
-    first = st.query_params.get("study", DEFAULT_STUDY)  # ?study=NAME links straight to a study
+    first = url.opened_with("study") or DEFAULT_STUDY  # ?study=NAME links straight to a study
     name = sb.selectbox("study", names, index=names.index(first) if first in names else 0, key="study")
+    st.query_params["study"] = name  # the URL follows the pick, so a reload or a shared link opens it again
     study = _bundled(str(paths[name]))
+    limit = f"{scenario_io.MAX_UPLOAD_BYTES // 1024} KiB"
+    # The browser-side limit (a whole MB) is hidden: the page's own limit, smaller, is the one that applies.
+    st.html("<style>[data-testid=stFileUploaderDropzoneInstructions] {display: none}</style>")
     up = sb.file_uploader(
-        "…or upload a scenario YAML",
+        f"…or upload a scenario YAML (at most {limit})",
         type=["yaml", "yml"],
         key="upload",
         max_upload_size=1,
-        help=f"at most {scenario_io.MAX_UPLOAD_BYTES // 1024} KiB; relative file names resolve "
+        help=f"at most {limit}; relative file names resolve "
         "from scenarios/, and only files inside the project may be named",
     )
     if up is not None:
@@ -44,6 +49,7 @@ def pick_study() -> Study:
             runs.check_work(uploaded, {})  # its run as the page caps it must pass the CLI's work limits
             study = uploaded
             sb.success(f"using {study.label}")
+            sb.caption("an upload is not in the URL: a reload opens the bundled study above")
         except InputError as e:
             sb.error(str(e))
             sb.caption(f"still showing {study.label}")
@@ -56,35 +62,35 @@ def knob(study: Study, path: str) -> str:
     return f"knob:{study.key}:{path}"
 
 
-def _select(where: Any, label: str, options: list[Any], study: Study, path: str, base: dict[str, Any]) -> Any:
+def _select(where: Any, label: str, options: list[Any], study: Study, path: str, start: dict[str, Any]) -> Any:
     """A select knob at the study's value (added to the options when it is not one of them)."""
-    own = base[path]
+    own = start[path]
     opts = options if own in options else sorted({*options, own})
     return where.selectbox(label, opts, opts.index(own), key=knob(study, path))
 
 
-def deployment_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
+def deployment_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
     """Model, hardware and each pool's size, sharding, formats and memory share, starting at the study's."""
     sb = st.sidebar
     sb.header("deployment")
     chosen: dict[str, Any] = {}
     for key in ("model", "hardware"):
         opts = knobs.preset_options(study.raw, key)
-        chosen[key] = sb.selectbox(key, opts, index=opts.index(base[key]), key=knob(study, key))
+        chosen[key] = sb.selectbox(key, opts, index=opts.index(start[key]), key=knob(study, key))
     pools = study.scenario.deployment.pools()
     for name in pools:
         p = f"deployment.{name}."
         sb.subheader(f"{name} pool" if len(pools) > 1 else "pool (colocated: prefill and decode)")
         chosen[p + "instances"] = sb.number_input(
-            "instances", 1, 1024, base[p + "instances"], 1, key=knob(study, p + "instances")
+            "instances", 1, 1024, start[p + "instances"], 1, key=knob(study, p + "instances")
         )
         c1, c2 = sb.columns(2)
-        chosen[p + "tp"] = _select(c1, "TP (GPUs per instance)", TP_CHOICES, study, p + "tp", base)
-        chosen[p + "ep"] = _select(c2, "EP groups", [1, 2, 4, 8], study, p + "ep", base)
+        chosen[p + "tp"] = _select(c1, "TP (GPUs per instance)", TP_CHOICES, study, p + "tp", start)
+        chosen[p + "ep"] = _select(c2, "EP groups", [1, 2, 4, 8], study, p + "ep", start)
         c1, c2 = sb.columns(2)
-        chosen[p + "weights"] = _select(c1, "weights", knobs.WEIGHT_FORMATS, study, p + "weights", base)
-        chosen[p + "kv_cache"] = _select(c2, "KV cache", knobs.KV_FORMATS, study, p + "kv_cache", base)
-        own = float(base[p + "mem_fraction"])
+        chosen[p + "weights"] = _select(c1, "weights", knobs.WEIGHT_FORMATS, study, p + "weights", start)
+        chosen[p + "kv_cache"] = _select(c2, "KV cache", knobs.KV_FORMATS, study, p + "kv_cache", start)
+        own = float(start[p + "mem_fraction"])
         chosen[p + "mem_fraction"] = sb.slider(
             "mem_fraction (weights + KV share of HBM)",
             min(0.3, own),
@@ -96,8 +102,8 @@ def deployment_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
     return chosen
 
 
-def _length_knob(col: Any, study: Study, label: str, path: str, base: dict[str, Any]) -> dict[str, Any]:
-    own = base[path]
+def _length_knob(col: Any, study: Study, label: str, path: str, start: dict[str, Any]) -> dict[str, Any]:
+    own = start[path]
     if own["dist"] not in knobs.LENGTH_DISTS:
         col.caption(f"{label}: {own['dist']} from {own.get('file')} (not editable here)")
         return own
@@ -141,8 +147,28 @@ def _length_knob(col: Any, study: Study, label: str, path: str, base: dict[str, 
         return own
 
 
-def traffic_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
-    """Load, lengths, prefix sharing, routing, integrity and SLOs, starting at the study's values."""
+def pricing_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
+    """What prices every simulated number: the profile (roofline, or a bundled profile of the hardware)."""
+    sb = st.sidebar
+    sb.header("pricing")
+    options = pricing.choices(study)
+    labels = {c.value: c.label for c in options}
+    values = list(labels)
+    own = values.index(start["profile"]) if start["profile"] in labels else pricing.study_choice(study, options)
+    picked = sb.selectbox(
+        "profile",
+        values,
+        own,
+        format_func=labels.__getitem__,
+        key=knob(study, "profile"),
+        help="roofline: step times from the hardware preset's peak rates; a profile file: kernel times measured "
+        "(or modeled) on that GPU. The same comparison can come out differently: Compare says when it does.",
+    )
+    return {"profile": picked}
+
+
+def traffic_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
+    """Load, lengths, prefix sharing, routing, integrity and the SLO, starting at the study's values."""
     chosen: dict[str, Any] = {}
     sb = st.sidebar
     sb.header("traffic")
@@ -150,39 +176,39 @@ def traffic_knobs(study: Study, base: dict[str, Any]) -> dict[str, Any]:
     load = knobs.load_path(sc)
     label, _ = knobs.LOAD_LABELS[load]
     if load == "traffic.concurrency":
-        chosen[load] = sb.number_input(label, 1, 4096, base[load], 1, key=knob(study, load))
+        chosen[load] = sb.number_input(label, 1, 4096, start[load], 1, key=knob(study, load))
     else:
-        chosen[load] = sb.number_input(label, 0.01, 10_000.0, float(base[load]), 0.1, key=knob(study, load))
+        chosen[load] = sb.number_input(label, 0.01, 10_000.0, float(start[load]), 0.1, key=knob(study, load))
     if sc.traffic.trace is None:
-        chosen["traffic.prompt_tokens"] = _length_knob(sb, study, "prompt", "traffic.prompt_tokens", base)
-        chosen["traffic.output_tokens"] = _length_knob(sb, study, "output", "traffic.output_tokens", base)
+        chosen["traffic.prompt_tokens"] = _length_knob(sb, study, "prompt", "traffic.prompt_tokens", start)
+        chosen["traffic.output_tokens"] = _length_knob(sb, study, "output", "traffic.output_tokens", start)
     else:
         sb.caption(f"prompt and output lengths come from the trace {sc.traffic.trace}")
     sb.header("serving")
-    if "traffic.shared_prefix_tokens" in base:
+    if "traffic.shared_prefix_tokens" in start:
         chosen["traffic.shared_prefix_tokens"] = sb.number_input(
             "shared system prompt (tokens)",
             0,
             1_000_000,
-            base["traffic.shared_prefix_tokens"],
+            start["traffic.shared_prefix_tokens"],
             64,
             key=knob(study, "traffic.shared_prefix_tokens"),
         )
     chosen["routing.policy"] = sb.selectbox(
-        "routing", knobs.ROUTING, knobs.ROUTING.index(base["routing.policy"]), key=knob(study, "routing.policy")
+        "routing", knobs.ROUTING, knobs.ROUTING.index(start["routing.policy"]), key=knob(study, "routing.policy")
     )
     c1, c2 = sb.columns(2)
     chosen["prefix_cache.enabled"] = c1.checkbox(
-        "prefix cache", base["prefix_cache.enabled"], key=knob(study, "prefix_cache.enabled")
+        "prefix cache", start["prefix_cache.enabled"], key=knob(study, "prefix_cache.enabled")
     )
     chosen["integrity.enabled"] = c2.checkbox(
-        "integrity check", base["integrity.enabled"], key=knob(study, "integrity.enabled")
+        "integrity check", start["integrity.enabled"], key=knob(study, "integrity.enabled")
     )
     c3, c4 = sb.columns(2)
     chosen["slo.ttft_p95_ms"] = c3.number_input(
-        "SLO: TTFT (ms)", 1.0, 1e7, float(base["slo.ttft_p95_ms"]), 100.0, "%.0f", key=knob(study, "slo.ttft_p95_ms")
+        "SLO: TTFT (ms)", 1.0, 1e7, float(start["slo.ttft_p95_ms"]), 100.0, "%.0f", key=knob(study, "slo.ttft_p95_ms")
     )
     chosen["slo.tpot_p95_ms"] = c4.number_input(
-        "SLO: TPOT (ms)", 0.1, 1e5, float(base["slo.tpot_p95_ms"]), 1.0, "%.1f", key=knob(study, "slo.tpot_p95_ms")
+        "SLO: TPOT (ms)", 0.1, 1e5, float(start["slo.tpot_p95_ms"]), 1.0, "%.1f", key=knob(study, "slo.tpot_p95_ms")
     )
     return chosen

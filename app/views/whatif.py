@@ -10,7 +10,7 @@ import streamlit as st
 from app import runs, scenario_io
 from app.runs import MAX_REQUESTS, Run, RunCache
 from app.scenario_io import Study
-from app.views import charts
+from app.views import charts, command
 from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok
@@ -37,27 +37,39 @@ def execute(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) ->
         bar.empty()
 
 
-def render(study: Study, overrides: dict[str, Any]) -> None:
-    """The run for the current knobs: from the cache, or run now (at once for the study's own values)."""
+def render(study: Study, overrides: dict[str, Any], opening: dict[str, Any]) -> None:
+    """The run for the current knobs: from the cache, or run now (at once for the knobs as the study opens,
+    `opening`). Until a moved knob's run lands, the last run stays on the page, marked stale."""
     sets = runs.capped_sets(study, overrides)
-    st.code(cli_line("run", study.label, sets, "--json"), language="bash")
+    command.show(study, cli_line("run", study.path, sets, "--json"), "run")
     try:
         _, run = runs.lookup(study, overrides, run_cache())
     except InputError as e:
         st.error(str(e))
         return
     pressed = st.button("Run simulation", type="primary", key="run")
-    if run is None and (pressed or not overrides):
+    if run is None and (pressed or overrides == opening):
         try:
             run = execute(study, overrides)
         except InputError as e:
             st.error(str(e))
             return
-    if run is None:
+    if run is not None:
+        st.session_state["latest"] = run
+        show(study, run)
+        return
+    last: Run | None = st.session_state.get("latest")
+    if last is None or last.study != study.label:
         st.info("Knobs changed: press **Run simulation** for their numbers.")
         return
-    st.session_state["latest"] = run
-    show(study, run)
+    moved = {k: v for k, v in overrides.items() if last.overrides.get(k) != v}
+    moved |= {k: "as written" for k in last.overrides if k not in overrides}
+    st.warning(
+        "**Stale:** these are the last run's numbers; knobs moved since ("
+        + ", ".join(f"{k}={v}" for k, v in moved.items())
+        + "). Press **Run simulation** for theirs."
+    )
+    show(study, last)
 
 
 def show(study: Study, run: Run) -> None:

@@ -381,6 +381,23 @@ class Scenario(Strict):
         default_factory=dict,
         description="`phaseplan sweep`'s grid: dotted paths and their values; every combination is a point.",
     )
+    focus: dict[str, bool | int | float | str] = Field(
+        default_factory=dict,
+        description="The sweep point the study's question turns on (`traffic.concurrency: 64`: where only an FP8 "
+        "cache holds the clients): some of the sweep's paths, each at one of its values. The planner page opens "
+        "there; `run` runs the scenario as written and Results leave it out.",
+    )
+
+    @model_validator(mode="after")
+    def _focus_is_a_sweep_point(self) -> Scenario:
+        """Checked where the sweep is present: a sweep's point is validated with its sweep block taken off."""
+        if self.sweep:
+            for path, value in self.focus.items():
+                if path not in self.sweep:
+                    raise ValueError(f"focus: {path} is not one of the sweep's paths ({', '.join(self.sweep)})")
+                if value not in self.sweep[path]:
+                    raise ValueError(f"focus: {path}={value} is not one of the sweep's values {self.sweep[path]}")
+        return self
 
     @model_validator(mode="after")
     def _pools_fit_the_model(self) -> Scenario:

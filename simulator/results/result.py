@@ -17,7 +17,7 @@ def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "clock": clock,
-        "scenario": run.scenario.model_dump(mode="json", exclude={"sweep"}),
+        "scenario": run.scenario.model_dump(mode="json", exclude={"sweep", "focus"}),
         "provenance": run.profile.provenance(),
         "capacity": {name: capacity_dict(p.capacity) for name, p in run.pools.items()},
         "metrics": build_metrics(run),
