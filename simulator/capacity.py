@@ -49,6 +49,7 @@ DEFAULT_FORMATS: dict[WeightFormat, FormatRule] = {
     "nvfp4": FormatRule(components=_LINEAR),
     "mxfp4": FormatRule(components=_LINEAR),
 }
+NO_REST = FormatRule(components=[])  # a rule that leaves the rest BF16
 
 Placement = Literal["tp", "kv_heads", "experts", "replicated"]
 
@@ -230,7 +231,16 @@ def component_format(
     if pool.weights != "bf16" and component in rule.components:
         grouped = pool.weights in formats.GROUPED
         return pool.weights, (pool.int4_group_size or rule.group_size or DEFAULT_INT4_GROUP) if grouped else 0
+    if pool.weights != "bf16" and component in _rest_rule(model, rule).components:
+        return rule.rest, 0
     return "bf16", 0
+
+
+def _rest_rule(model: ModelSpec, rule: FormatRule) -> FormatRule:
+    """The rule of the format a converted release keeps where the conversion did not reach (none: BF16)."""
+    if rule.rest == "bf16":
+        return NO_REST
+    return format_rule(model, rule.rest)
 
 
 def scheme_label(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None) -> str:
@@ -240,7 +250,7 @@ def scheme_label(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None)
     if rule.scheme:
         return named + rule.scheme
     group = f" (group {rule.group_size or DEFAULT_INT4_GROUP})" if fmt in formats.GROUPED else ""
-    return f"{named}{fmt}{group}: {', '.join(rule.components)}; rest bf16"
+    return f"{named}{fmt}{group}: {', '.join(rule.components)}; rest {rule.rest}"
 
 
 def bytes_per_weight(fmt: WeightFormat, group_size: int | None = None) -> float:
@@ -255,7 +265,12 @@ def _part_bytes(
     """Each part with its total bytes: covered matrices in the format, everything else BF16."""
     rule = format_rule(model, fmt, scheme)
     per_weight = bytes_per_weight(fmt, group_size or rule.group_size)
-    return [(p, p.params * (per_weight if _covered(p, rule) else BF16_BYTES)) for p in parts(model)]
+    rest = _rest_rule(model, rule) if fmt != "bf16" else NO_REST
+    rest_bytes = bytes_per_weight(rule.rest)
+    return [
+        (p, p.params * (per_weight if _covered(p, rule) else rest_bytes if _covered(p, rest) else BF16_BYTES))
+        for p in parts(model)
+    ]
 
 
 def _covered(p: Part, rule: FormatRule) -> bool:
@@ -267,7 +282,12 @@ def rank_parts(model: ModelSpec, pool: Pool) -> list[tuple[Part, float, WeightFo
     """Each weight part with the parameters one GPU of an instance holds and the format it holds them in (what
     the replay executor draws for one rank)."""
     rule = format_rule(model, pool.weights, pool.weights_scheme)
-    return [(p, p.params * _share(p, model, pool), pool.weights if _covered(p, rule) else "bf16") for p in parts(model)]
+    rest = _rest_rule(model, rule) if pool.weights != "bf16" else NO_REST
+
+    def fmt(p: Part) -> WeightFormat:
+        return pool.weights if _covered(p, rule) else rule.rest if _covered(p, rest) else "bf16"
+
+    return [(p, p.params * _share(p, model, pool), fmt(p)) for p in parts(model)]
 
 
 def checkpoint_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None = None) -> float:

@@ -1,5 +1,6 @@
-"""Weight quantization schemes as released: GLM-5.2's INT4 default follows Kimi K2's released scheme (routed experts
-INT4 group 32, BF16 scales, the rest BF16); "every linear layer INT4" is a named alternative; capacity names it."""
+"""Weight quantization schemes as deployed: GLM-5.2's INT4 default is its FP8 release converted (routed experts INT4
+group 32 as Kimi K2 releases them, the rest FP8 as released); Kimi K2's own scheme (the rest BF16) and "every linear
+layer INT4" are named alternatives; capacity names each."""
 
 from __future__ import annotations
 
@@ -19,19 +20,30 @@ GLM5 = ModelSpec(**presets.model("glm-5.2"))
 KIMI = ModelSpec(**presets.model("kimi-k2.6"))
 
 
-def test_glm_int4_default_is_the_released_moe_scheme_and_all_linear_is_named() -> None:
-    released, kimi = format_rule(GLM5, "int4"), format_rule(KIMI, "int4")
-    assert released.components == kimi.components == ["routed_experts"]
-    assert released.group_size == kimi.group_size == 32
+def test_glm_int4_default_is_the_fp8_release_converted_and_the_alternatives_are_named() -> None:
+    converted, kimi = format_rule(GLM5, "int4"), format_rule(KIMI, "int4")
+    assert converted.components == kimi.components == ["routed_experts"]
+    assert converted.group_size == kimi.group_size == 32
+    assert (converted.rest, kimi.rest) == ("fp8", "bf16")
+    bf16_rest = format_rule(GLM5, "int4", "int4-bf16-rest")
+    assert (bf16_rest.components, bf16_rest.group_size, bf16_rest.rest) == (["routed_experts"], 32, "bf16")
     every = format_rule(GLM5, "int4", "int4-all-linear")
     assert set(every.components) == {"attention", "dense_ffn", "routed_experts", "shared_experts", "mtp"}
     assert every.group_size == 128
-    # attention, shared experts and the dense layers stay BF16 in the released scheme: more bytes per GPU
-    default, alt = Pool(tp=8, weights="int4"), Pool(tp=8, weights="int4", weights_scheme="int4-all-linear")
-    assert weights_bytes_per_gpu(GLM5, default) > weights_bytes_per_gpu(GLM5, alt)
+    default = Pool(tp=8, weights="int4")
+    bf16 = Pool(tp=8, weights="int4", weights_scheme="int4-bf16-rest")
+    alt = Pool(tp=8, weights="int4", weights_scheme="int4-all-linear")
+    fp8 = Pool(tp=8, weights="fp8")
+    # what the conversion leaves is FP8: fewer bytes than the BF16 rest, more than every linear layer in INT4
+    assert weights_bytes_per_gpu(GLM5, bf16) > weights_bytes_per_gpu(GLM5, default) > weights_bytes_per_gpu(GLM5, alt)
+    assert weights_bytes_per_gpu(GLM5, default) < weights_bytes_per_gpu(GLM5, fp8)
+    assert component_format(GLM5, default, "attention") == component_format(GLM5, fp8, "attention") == ("fp8", 0)
+    assert component_format(GLM5, default, "lm_head") == ("bf16", 0)  # the release's head is BF16
+    gemms = {op.params["weights"] for op in step_ops(GLM5, default, 4, 4096) if op.family == "gemm"}
+    assert gemms == {op.params["weights"] for op in step_ops(GLM5, fp8, 4, 4096) if op.family == "gemm"}
     ops = step_ops(GLM5, default, 4, 4096)
-    assert {op.params["weights"] for op in ops if op.family == "gemm"} == {"bf16"}
     assert {(op.params["weights"], op.params["group"]) for op in ops if op.family == "moe_gemm"} == {("int4", 32)}
+    assert {op.params["weights"] for op in step_ops(GLM5, bf16, 4, 4096) if op.family == "gemm"} == {"bf16"}
     ops = step_ops(GLM5, alt, 4, 4096)
     assert ("int4", 128) in {(op.params["weights"], op.params["group"]) for op in ops if op.family == "gemm"}
 
@@ -40,7 +52,7 @@ def test_capacity_names_the_scheme(monkeypatch, capsys) -> None:
     glm = str(ROOT / "scenarios" / "glm-5.2-weight-formats.yaml")
     code, text = run_cli(monkeypatch, capsys, "capacity", glm, "--json", "--set", "deployment.decode.weights=int4")
     assert code == 0, text
-    assert json.loads(text)["pools"]["decode"]["weights_scheme"].startswith("Kimi K2-style INT4")
+    assert json.loads(text)["pools"]["decode"]["weights_scheme"].startswith("the FP8 release converted")
     code, text = run_cli(
         monkeypatch,
         capsys,

@@ -33,6 +33,7 @@ def small_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = yaml.safe_load((ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml").read_text())
     data["traffic"]["requests"] = 6
     data["sweep"] = {"deployment.decode.kv_cache": ["bf16", "fp8_e4m3"], "deployment.decode.weights": ["int4", "bf16"]}
+    del data["focus"]  # the study's focus names its own sweep's concurrency
     path = tmp_path_factory.mktemp("sweep") / "small.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

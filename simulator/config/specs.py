@@ -76,9 +76,14 @@ class MoE(Strict):
 
 
 class FormatRule(Strict):
-    """Which components a weight format quantizes; everything else stays BF16."""
+    """Which components a weight format quantizes; the rest stay BF16, or in the model's `rest` format where the
+    rule converts an FP8 release (what the conversion did not touch keeps the release's format)."""
 
     components: list[Component] = Field(description="Components the format quantizes; the rest stay BF16.")
+    rest: Literal["bf16", "fp8"] = Field(
+        "bf16",
+        description="Format of the matrices this rule leaves that the model's `fp8` rule covers (bf16: all BF16).",
+    )
     group_size: PositiveInt | None = Field(
         None, description="Weights per scale of a group-wise format; null: the format's default."
     )
