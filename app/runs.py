@@ -53,7 +53,7 @@ def capped_sets(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS
 
 def scenario_for(study: Study, sets: dict[str, Any]) -> Scenario:
     """The study with `sets` applied, validated like `--set` (a bad value is one InputError line)."""
-    data = loader.apply_overrides({k: v for k, v in study.raw.items() if k != "sweep"}, sets)
+    data = loader.one_point(study.raw, sets)
     return loader.validate(data, study.label, overridden=frozenset(sets))
 
 

@@ -34,7 +34,6 @@ from simulator.errors import InputError
 from simulator.folding import Folded
 
 GIB = 1024**3
-BF16_BYTES = 2.0
 FP8_BLOCK = 128  # FP8 checkpoints carry one fp32 scale per 128×128 weight block
 FP8_BYTES = 1.0 + 4.0 / (FP8_BLOCK * FP8_BLOCK)  # ≈ 8.002 bits
 DEFAULT_INT4_GROUP = 128
@@ -231,16 +230,20 @@ def component_format(
     if pool.weights != "bf16" and component in rule.components:
         grouped = pool.weights in formats.GROUPED
         return pool.weights, (pool.int4_group_size or rule.group_size or DEFAULT_INT4_GROUP) if grouped else 0
-    if pool.weights != "bf16" and component in _rest_rule(model, rule).components:
+    if component in _rest_rule(model, rule).components:
         return rule.rest, 0
     return "bf16", 0
 
 
 def _rest_rule(model: ModelSpec, rule: FormatRule) -> FormatRule:
     """The rule of the format a converted release keeps where the conversion did not reach (none: BF16)."""
-    if rule.rest == "bf16":
-        return NO_REST
-    return format_rule(model, rule.rest)
+    return NO_REST if rule.rest == "bf16" else format_rule(model, rule.rest)
+
+
+def _part_format(p: Part, fmt: WeightFormat, rule: FormatRule, rest: FormatRule) -> WeightFormat:
+    """The format a part is stored in: the pool's where its rule quantizes the part, the release's where a
+    converted rule left it (`_rest_rule`), else BF16."""
+    return fmt if _covered(p, rule) else rule.rest if _covered(p, rest) else "bf16"
 
 
 def scheme_label(model: ModelSpec, fmt: WeightFormat, scheme: str | None = None) -> str:
@@ -265,10 +268,9 @@ def _part_bytes(
     """Each part with its total bytes: covered matrices in the format, everything else BF16."""
     rule = format_rule(model, fmt, scheme)
     per_weight = bytes_per_weight(fmt, group_size or rule.group_size)
-    rest = _rest_rule(model, rule) if fmt != "bf16" else NO_REST
-    rest_bytes = bytes_per_weight(rule.rest)
+    rest = _rest_rule(model, rule)
     return [
-        (p, p.params * (per_weight if _covered(p, rule) else rest_bytes if _covered(p, rest) else BF16_BYTES))
+        (p, p.params * (per_weight if _covered(p, rule) else bytes_per_weight(_part_format(p, fmt, rule, rest))))
         for p in parts(model)
     ]
 
@@ -282,12 +284,8 @@ def rank_parts(model: ModelSpec, pool: Pool) -> list[tuple[Part, float, WeightFo
     """Each weight part with the parameters one GPU of an instance holds and the format it holds them in (what
     the replay executor draws for one rank)."""
     rule = format_rule(model, pool.weights, pool.weights_scheme)
-    rest = _rest_rule(model, rule) if pool.weights != "bf16" else NO_REST
-
-    def fmt(p: Part) -> WeightFormat:
-        return pool.weights if _covered(p, rule) else rule.rest if _covered(p, rest) else "bf16"
-
-    return [(p, p.params * _share(p, model, pool), fmt(p)) for p in parts(model)]
+    rest = _rest_rule(model, rule)
+    return [(p, p.params * _share(p, model, pool), _part_format(p, pool.weights, rule, rest)) for p in parts(model)]
 
 
 def checkpoint_bytes(model: ModelSpec, fmt: WeightFormat, group_size: int | None = None) -> float:

@@ -742,3 +742,19 @@ def test_profile_device_matching(device: str, hardware: str, same: bool) -> None
     from simulator.calibration.device_match import same_device
 
     assert same_device(device, hardware) is same
+
+
+@pytest.mark.parametrize(
+    ("focus", "sweep", "says"),
+    [
+        ({"traffic.concurrency": 10**300}, {}, "the scenario has no sweep"),
+        ({"traffic.concurrency": 7}, {"traffic.concurrency": [1, 8]}, "not one of the sweep's values"),
+        ({"seed": 1}, {"traffic.concurrency": [1, 8]}, "not one of the sweep's paths"),
+    ],
+)
+def test_a_focus_is_a_point_of_the_sweep(focus: dict, sweep: dict, says: str) -> None:
+    """A focus names a sweep point, so its values are bounded as that point's scenario; without a sweep it would
+    carry unchecked numbers into the app's knobs."""
+    data = {**loader.read_yaml(KV)[0], "focus": focus, "sweep": sweep}
+    with pytest.raises(InputError, match=f"focus: .*{says}"):
+        loader.validate(data, "t.yaml")

@@ -73,7 +73,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
             f"Each trial is the study's first {PLAN_MAX_REQUESTS:,} requests at the rate tried, so that an "
             "answer takes a minute or so; without these --set the CLI runs the study's own traffic."
         )
-    raw = loader.apply_overrides({k: v for k, v in study.raw.items() if k != "sweep"}, sets)
+    raw = loader.one_point(study.raw, sets)
     _max_rate(study, sets, raw, sc, slo)
     _plan(study, sets, raw, sc, slo)
 

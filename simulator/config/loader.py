@@ -95,6 +95,12 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return out
 
 
+def one_point(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """One scenario of a study (a sweep point, a plan candidate, a trial rate): the raw mapping without its sweep
+    block and the focus that names one of the sweep's points, with `overrides` set."""
+    return apply_overrides({k: v for k, v in raw.items() if k not in ("sweep", "focus")}, overrides)
+
+
 def resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
     out = {**PRESET_DEFAULTS, **data}
     for key, load in PRESET_FIELDS.items():

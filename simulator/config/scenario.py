@@ -390,13 +390,15 @@ class Scenario(Strict):
 
     @model_validator(mode="after")
     def _focus_is_a_sweep_point(self) -> Scenario:
-        """Checked where the sweep is present: a sweep's point is validated with its sweep block taken off."""
-        if self.sweep:
-            for path, value in self.focus.items():
-                if path not in self.sweep:
-                    raise ValueError(f"focus: {path} is not one of the sweep's paths ({', '.join(self.sweep)})")
-                if value not in self.sweep[path]:
-                    raise ValueError(f"focus: {path}={value} is not one of the sweep's values {self.sweep[path]}")
+        """A focus names a point of the sweep (a sweep's points are validated with both taken off,
+        `loader.one_point`), so each of its values is bounded as that point's scenario."""
+        if self.focus and not self.sweep:
+            raise ValueError("focus: names a point of the sweep, but the scenario has no sweep")
+        for path, value in self.focus.items():
+            if path not in self.sweep:
+                raise ValueError(f"focus: {path} is not one of the sweep's paths ({', '.join(self.sweep)})")
+            if value not in self.sweep[path]:
+                raise ValueError(f"focus: {path}={value} is not one of the sweep's values {self.sweep[path]}")
         return self
 
     @model_validator(mode="after")

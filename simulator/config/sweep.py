@@ -48,7 +48,7 @@ def points(sc: Scenario) -> list[dict[str, Any]]:
 
 
 def scenario_at(raw: dict[str, Any], point: dict[str, Any], source: str) -> Scenario:
-    data = loader.apply_overrides({k: v for k, v in raw.items() if k != "sweep"}, point)
+    data = loader.one_point(raw, point)
     try:
         return loader.validate(data, source)
     except InputError as e:

@@ -64,7 +64,7 @@ class Judge:
         """(the shared part's scenario with a probe pool, its raw mapping, why it is invalid)."""
         k = key(part)
         if k not in self._shared:
-            data = loader.apply_overrides({x: v for x, v in self.raw.items() if x != "sweep"}, {**self.fixed, **part})
+            data = loader.one_point(self.raw, {**self.fixed, **part})
             probe = {**data, "deployment": {"mode": "colocated", "decode": PROBE_POOL}}
             try:
                 self._shared[k] = (loader.validate(probe, self.source), data, None)

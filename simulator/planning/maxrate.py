@@ -123,7 +123,7 @@ class _Search:
 def mapping(raw: dict[str, Any], sc: Scenario, rate: float, slo: SLO, base_dir: Path | None) -> dict[str, Any]:
     """The scenario at `rate` as the raw mapping its trial is validated from (the study without its sweep)."""
     over = {**rate_overrides(sc, rate, base_dir), **slo.overrides()}
-    return loader.apply_overrides({k: v for k, v in raw.items() if k != "sweep"}, over)
+    return loader.one_point(raw, over)
 
 
 def max_rate(

@@ -99,7 +99,7 @@ def _rejected(c: Candidate) -> dict[str, Any]:
 def mapping(raw: dict[str, Any], fixed: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """A candidate's scenario as the raw mapping it is validated from: the study (without its sweep), the shared
     overrides, the candidate's own. Written out as YAML it is the same scenario (`simulator.deploy.bundle`)."""
-    return loader.apply_overrides({k: v for k, v in raw.items() if k != "sweep"}, {**fixed, **overrides})
+    return loader.one_point(raw, {**fixed, **overrides})
 
 
 def _infer(done: list[Candidate], later: dict[str, list[Candidate]], judge: Judge) -> None:
