@@ -569,12 +569,13 @@ def schema() -> None:
 
 @cli.command()
 def presets() -> None:
-    """List the bundled model and hardware presets."""
+    """List the bundled model, hardware and serving-engine presets."""
     from simulator.config import presets as p
 
     t = Table("kind", "presets")
     t.add_row("models", ", ".join(p.names("models")))
     t.add_row("hardware", ", ".join(p.names("hardware")))
+    t.add_row("engines", ", ".join(p.names("engines")))
     console.print(t)
 
 

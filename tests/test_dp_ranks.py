@@ -171,7 +171,8 @@ def test_the_report_shows_the_ranks_imbalance(tmp_path: Path) -> None:
 
 
 def test_two_batch_overlap_takes_the_longer_of_compute_and_all_to_all() -> None:
-    sc = scenario(**{"deployment.decode.two_batch_overlap": True})
+    """The perfect bound (tbo_hidden_share 1; the engines' share is tested in test_engines.py)."""
+    sc = scenario(**{"deployment.decode.two_batch_overlap": True, "deployment.decode.tbo_hidden_share": 1.0})
     pool = sc.deployment.decode
     cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc), False)
     dp = DPSteps(cost)

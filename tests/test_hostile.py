@@ -357,6 +357,7 @@ CLASS_AT: dict[str, tuple[tuple[str, ...], Any]] = {
     "RooflineFit": (("hardware", "roofline"), lambda: {"source": "t", "factors": {}}),
     "Speculative": (("deployment", "decode", "speculative"), lambda: {"method": "mtp", "acceptance": 1.5}),
     "Integrity": (("integrity",), lambda: {}),
+    "EngineSpec": (("engine",), lambda: presets.engine("sglang-0.5")),
 }
 # (class, field)s whose schema type already stops a value past the bound's top (≤ 1, a validator of its own)
 SCHEMA_FIRST = {
@@ -368,6 +369,8 @@ SCHEMA_FIRST = {
     ("GQA", "partial_rotary_factor"),
     ("Integrity", "fault_rate"),
     ("Speculative", "acceptance"),  # a mean accepted length lies in [1, draft_tokens + 1]
+    ("Pool", "tbo_hidden_share"),  # a share: ≤ 1 in the schema
+    ("EngineSpec", "tbo_hidden_share"),
 }
 LENGTH_BASE = {
     "value": {"dist": "fixed"},

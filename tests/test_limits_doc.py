@@ -22,6 +22,7 @@ WHERE = {  # schema class -> where its fields sit in a scenario
     "Indexer": "`model.indexer`",
     "MoE": "`model.moe`",
     "FormatRule": "`model.formats.*`, `model.schemes.*`",
+    "EngineSpec": "`engine`",
     "Pool": "`deployment.<pool>`",
     "Speculative": "`deployment.<pool>.speculative`",
     "Transfer": "`deployment.transfer`",

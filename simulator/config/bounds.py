@@ -78,6 +78,12 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("Pool", "expert_imbalance"): (1, 1000, "busiest EP rank's load over the mean"),
     ("Pool", "decode_graph_floor_us"): (0.01, 1e5, "µs of a graphed kernel's launch and tail"),
     ("Pool", "fp8_kv_read_factor"): (0.01, 100, "factor on an FP8 cache read's memory time"),
+    ("Pool", "host_step_us"): (0, 1e6, "µs of CPU work per step (a second per step is no engine)"),
+    ("Pool", "tbo_hidden_share"): (0, 1, "share of the all-to-alls two-batch overlap hides"),
+    ("EngineSpec", "tbo_hidden_share"): (0, 1, "share of the all-to-alls two-batch overlap hides"),
+    ("EngineSpec", "decode_graph_floor_us"): (0.01, 1e5, "µs of a graphed kernel's launch and tail"),
+    ("EngineSpec", "fp8_kv_read_factor"): (0.01, 100, "factor on an FP8 cache read's memory time"),
+    ("EngineSpec", "host_step_us"): (0, 1e6, "µs of CPU work per step (a second per step is no engine)"),
     ("Pool", "moe_routing_alpha"): (1e-3, 100, "power-law exponent of expert routing"),
     # Speculative decoding: SGLang's EAGLE trees verify up to 64 draft tokens a step; a step's work and the
     # acceptance chain grow with k, so 10^4 would be a run that never ends, not a deployment.

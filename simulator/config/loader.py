@@ -17,8 +17,8 @@ from simulator.config import bounds, consistency, paths, presets, renamed, safe_
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
-PRESET_FIELDS = {"model": presets.model, "hardware": presets.hardware}
-PRESET_DEFAULTS = {"hardware": "h200"}  # what a scenario that names no hardware runs on
+PRESET_FIELDS = {"model": presets.model, "hardware": presets.hardware, "engine": presets.engine}
+PRESET_DEFAULTS = {"hardware": "h200", "engine": "sglang-0.5"}  # what a scenario that names neither runs on
 MAX_SET_DEPTH = 16
 
 

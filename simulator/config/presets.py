@@ -1,4 +1,4 @@
-"""Model and hardware presets: YAML data files under `presets/` beside this module, each citing its source."""
+"""Model, hardware and serving-engine presets: YAML files in `presets/` beside this module, each citing a source."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def names(kind: str) -> list[str]:
 def _read(kind: str, name: str) -> dict[str, Any]:
     path = ROOT / kind / f"{name}.yaml"
     if not path.is_file():
-        label = {"models": "model", "hardware": "hardware"}[kind]
+        label = {"models": "model", "hardware": "hardware", "engines": "engine"}[kind]
         raise InputError(f"unknown {label} preset '{name}' (known: {', '.join(names(kind))})")
     return yaml.safe_load(path.read_text())
 
@@ -34,3 +34,7 @@ def model(name: str) -> dict[str, Any]:
 
 def hardware(name: str) -> dict[str, Any]:
     return copy.deepcopy(_read("hardware", name))
+
+
+def engine(name: str) -> dict[str, Any]:
+    return copy.deepcopy(_read("engines", name))

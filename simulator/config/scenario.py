@@ -18,7 +18,7 @@ from pydantic import (
 
 from simulator.config import parallel
 from simulator.config.parallel import Speculative
-from simulator.config.specs import FP4_FORMATS, HardwareSpec, KVFormat, ModelSpec, WeightFormat
+from simulator.config.specs import FP4_FORMATS, EngineSpec, HardwareSpec, KVFormat, ModelSpec, WeightFormat
 
 
 class Strict(BaseModel):
@@ -30,6 +30,11 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "moe_routing": "uniform",
     "moe_routing_alpha": 1.01,
     "fuse_elementwise": False,
+    "host_step_us": 0.0,
+    "overlap_scheduler": True,
+    "overlap_with_speculation": False,
+    "mixed_chunked_prefill": True,
+    "tbo_hidden_share": 1.0,
 }
 
 
@@ -131,6 +136,25 @@ class Pool(Strict):
     # set_kv_buffer). Off: each runs as its own kernel, as SGLang 0.5.14 runs DeepSeek-V3's block-FP8 path.
     fuse_elementwise: bool = Field(
         False, description="Small kernels fused into neighbours (FP8 activation quantization, RoPE + KV write)."
+    )
+    # The engine's step loop (engine presets, simulator/config/presets/engines/): the CPU work of scheduling a
+    # step, whether it overlaps the GPU's previous step, whether prefill chunks join the decode batch, and how
+    # much of DP attention's all-to-alls two-batch overlap really hides. Priced at the engine's one seam
+    # (engine/timer.py) and in the lock-step DP pricing (pricing/dpstep.py).
+    host_step_us: NonNegativeFloat = Field(
+        0.0, description="µs of CPU work the engine spends scheduling one step (batch, sampling, bookkeeping)."
+    )
+    overlap_scheduler: bool = Field(
+        True, description="The CPU work of a step runs while the GPU runs the previous one (a step: the longer)."
+    )
+    overlap_with_speculation: bool = Field(
+        False, description="The overlap scheduler stays on under speculative decoding (off: CPU and GPU add)."
+    )
+    mixed_chunked_prefill: bool = Field(
+        True, description="Prefill chunks share a step with the decode batch (off: a step with chunks has no decode)."
+    )
+    tbo_hidden_share: float = Field(
+        1.0, ge=0, le=1, description="Share of the all-to-alls two-batch overlap hides (1: the perfect bound)."
     )
 
     @model_validator(mode="after")
@@ -362,6 +386,10 @@ class Scenario(Strict):
     hardware: HardwareSpec = Field(
         description="A GPU preset's name, or inline figures (HardwareSpec below); a scenario without it runs on h200."
     )
+    engine: EngineSpec = Field(
+        description="A serving-engine preset's name (phaseplan presets), or inline terms (EngineSpec below): "
+        "what the engine does with the kernels, taken by every pool that does not set the term itself."
+    )
     profile: str = Field(
         "roofline", description="What prices step times: roofline (modeled), or the path of a kernel profile JSON."
     )
@@ -387,6 +415,15 @@ class Scenario(Strict):
         "cache holds the clients): some of the sweep's paths, each at one of its values. The planner page opens "
         "there; `run` runs the scenario as written and Results leave it out.",
     )
+
+    @model_validator(mode="after")
+    def _engine_terms(self) -> Scenario:
+        """Each pool takes the engine's value of every term it does not set itself (a pool still overrides)."""
+        for pool in self.deployment.pools().values():
+            for term in EngineSpec.TERMS:
+                if term not in pool.model_fields_set:
+                    object.__setattr__(pool, term, getattr(self.engine, term))
+        return self
 
     @model_validator(mode="after")
     def _focus_is_a_sweep_point(self) -> Scenario:

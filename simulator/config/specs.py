@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 # nvfp4/mxfp4: FP4 e2m1 weights with block scales, run on FP4 tensor cores (W4A4); w4a8: INT4 group-wise weights
 # with FP8 activations, run on FP8 tensor cores (simulator/pricing/formats.py has the bytes and rates).
@@ -160,4 +160,45 @@ class HardwareSpec(Strict):
     SCALE_OUT_FIELDS: ClassVar[frozenset[str]] = frozenset({"gpus_per_node", "scaleout_gbs"})
     roofline: RooflineFit | None = Field(
         None, description="Roofline factors fitted to measured tables; null: the roofline's documented defaults."
+    )
+
+
+class EngineSpec(Strict):
+    """What a serving engine does with the kernels, as pool defaults: a scenario's pools take every term they do
+    not set themselves (`Scenario._engine_terms`), so one field names the engine and a pool still overrides.
+
+    The terms are Pool fields (their meaning is documented there); `sources` says where each value comes from."""
+
+    name: str = Field(description="The engine's name.")
+    version: str = Field("", description="The engine versions the values describe.")
+    source: str = Field("", description="Where the values come from, overall.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Per term: where its value comes from.")
+    decode_graph_floor_us: PositiveFloat | None = Field(
+        3.0, description="µs a kernel of a decode-only step costs at least (CUDA graphs); null: eager launches."
+    )
+    fp8_kv_read_factor: PositiveFloat | None = Field(
+        None, description="Factor on decode attention's memory time reading an FP8 cache; null: the roofline's own."
+    )
+    shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
+    fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
+    host_step_us: NonNegativeFloat = Field(0.0, description="µs of CPU scheduling work per step.")
+    overlap_scheduler: bool = Field(True, description="The CPU work of a step runs while the GPU runs the last one.")
+    overlap_with_speculation: bool = Field(
+        False, description="The overlap scheduler stays on under speculative decoding."
+    )
+    mixed_chunked_prefill: bool = Field(True, description="Prefill chunks share a step with the decode batch.")
+    tbo_hidden_share: float = Field(
+        1.0, ge=0, le=1, description="Share of the all-to-alls two-batch overlap hides (1: the perfect bound)."
+    )
+
+    TERMS: ClassVar[tuple[str, ...]] = (
+        "decode_graph_floor_us",
+        "fp8_kv_read_factor",
+        "shared_expert_overlap",
+        "fuse_elementwise",
+        "host_step_us",
+        "overlap_scheduler",
+        "overlap_with_speculation",
+        "mixed_chunked_prefill",
+        "tbo_hidden_share",
     )

@@ -55,12 +55,35 @@ class StepTimer(Protocol):
         """End times of the plans' next n steps, starting at the instance's clock."""
 
 
+class HostTime:
+    """The engine's CPU work per step (`pool.host_step_us`): with its overlap scheduler on, a step's CPU work runs
+    while the GPU runs the previous step, so a step takes the longer of the two; off (SGLang under speculation),
+    the two add. A GPU-side price never includes it, so it lives here, at the one seam every step passes."""
+
+    __slots__ = ("s", "overlap")
+
+    def __init__(self, pool: Pool) -> None:
+        self.s = pool.host_step_us * 1e-6
+        self.overlap = pool.overlap_scheduler and (pool.speculative is None or pool.overlap_with_speculation)
+
+    def step(self, gpu_s: float) -> float:
+        return max(gpu_s, self.s) if self.overlap else gpu_s + self.s
+
+    def ends(self, clock: float, gpu_us: np.ndarray) -> list[float]:
+        """End times of steps of `gpu_us` microseconds from `clock`, added one at a time (as a run of one does)."""
+        gpu = gpu_us * 1e-6
+        d = np.maximum(gpu, self.s) if self.overlap else gpu + self.s
+        return np.add.accumulate(np.concatenate(([clock], d)))[1:].tolist()
+
+
 class CostTimer:
     """The cost model as the step timer: one rank's steps by its pool's `CostModel`, a DP instance's lock-step
-    steps by `DPSteps` (the slowest rank plus the routed experts every rank shares)."""
+    steps by `DPSteps` (the slowest rank plus the routed experts every rank shares), each step at least the
+    engine's CPU work (`HostTime`)."""
 
     def __init__(self) -> None:
         self._dp: dict[str, DPSteps] = {}
+        self._host: dict[str, HostTime] = {}
 
     def tracker(self, pool: str, index: int) -> None:
         return None
@@ -71,26 +94,31 @@ class CostTimer:
     def time_run(self, inst: Stepping, plans: list[Plan], n: int) -> Timed:
         """One rank's next n steps by its pool's cost model (a step with prefill chunks is always a run of one,
         charged at once; a decode run is charged for the steps that ran), or a DP instance's lock-step steps."""
+        host = self._host.get(inst.pool_name)
+        if host is None:
+            host = self._host[inst.pool_name] = HostTime(inst.pool)
         if len(plans) > 1:
             pricer = self._dp.get(inst.pool_name)
             if pricer is None:
                 pricer = self._dp[inst.pool_name] = DPSteps(inst.cost)
-            return dp_run(pricer, inst, plans, n)
+            return dp_run(pricer, inst, plans, n, host)
         plan, cost, clock = plans[0], inst.cost, inst.clock
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
             t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
-            return [clock + t], None
+            return [clock + (host.step(t) if host.s else t)], None
         growth = inst.ranks[0].sched.growth(plan, n)
         if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
             priced = cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
+            if host.s:
+                return host.ends(clock, priced.us), priced
             return np.add.accumulate(np.concatenate(([clock], priced.us * 1e-6)))[1:].tolist(), priced
         priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
-        return ends, priced
+        return (host.ends(clock, priced.us) if host.s else ends), priced
 
 
-def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int) -> Timed:
+def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int, host: HostTime) -> Timed:
     """End times of a DP instance's next n lock-step steps."""
     ranks = zip(inst.ranks, plans, strict=True)
     if any(p.prefill for p in plans):
@@ -109,7 +137,8 @@ def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int) -> Timed:
                         False,
                     )
                 )
-        return [inst.clock + pricer.step_s(steps)], None
+        t = pricer.step_s(steps)
+        return [inst.clock + (host.step(t) if host.s else t)], None
     runs = []
     for r, p in ranks:
         if p.decode:
@@ -118,4 +147,4 @@ def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int) -> Timed:
             ctx = p.ctx[:n] if p.ctx is not None else p.ctx0 + b * np.arange(1, n + 1, dtype=np.int64)
             runs.append((b, ctx, p.pages0 + growth))
     priced, ends = pricer.decode_run(runs, inst.clock)
-    return ends, priced
+    return (host.ends(inst.clock, priced.us) if host.s else ends), priced

@@ -49,7 +49,7 @@ def step_anatomy(run: RunRecord) -> dict[str, Any]:
                 entry["prefill_chunk"]["dp_ranks"] = ranks
             if "alltoall" in fam:
                 entry["prefill_chunk"]["alltoall_ms"] = round(fam["alltoall"] * 1e3, 4)
-                if pool.two_batch_overlap:  # the steps ran max(compute, all-to-all), not the sum shown
+                if pool.two_batch_overlap:  # the steps hid tbo_hidden_share of the shorter part, not shown here
                     entry["prefill_chunk"]["two_batch_overlap"] = True
         steps = sum(i.steps for i in insts)
         if name == "decode" and steps:

@@ -20,6 +20,11 @@ DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep re
 
 def provenance_line(result: dict[str, Any]) -> str:
     p = result["provenance"]
+    engine = f"engine {p['engine']}; " if p.get("engine") else ""
+    return engine + _step_times(p)
+
+
+def _step_times(p: dict[str, Any]) -> str:
     r = p.get("replay")
     if r is not None and r.get("clock") == "measured":
         return (

@@ -18,7 +18,7 @@ def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
         "schema": SCHEMA,
         "clock": clock,
         "scenario": run.scenario.model_dump(mode="json", exclude={"sweep", "focus"}),
-        "provenance": run.profile.provenance(),
+        "provenance": {**run.profile.provenance(), "engine": run.scenario.engine.name},
         "capacity": {name: capacity_dict(p.capacity) for name, p in run.pools.items()},
         "metrics": build_metrics(run),
         "integrity": build_integrity(run),

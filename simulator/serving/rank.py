@@ -111,6 +111,7 @@ def _scheduler(
         fault_rate=sc.integrity.fault_rate,
         rng=rng,
         speculation=spec,
+        mixed=pool.mixed_chunked_prefill,
     )
 
 

@@ -99,6 +99,7 @@ class Scheduler:
         fault_rate: float = 0.0,
         rng: np.random.Generator | None = None,
         speculation: Speculation | None = None,
+        mixed: bool = True,
     ) -> None:
         self.cache = cache
         self.max_running = max_running
@@ -114,6 +115,10 @@ class Scheduler:
         # Speculative decoding: a decode step is a verify step giving each sequence its drawn tokens, and a step
         # with prefill chunks runs them alone (SGLang turns mixed chunked prefill off with speculation).
         self.spec = speculation
+        # Prefill chunks share a step with the decode batch only where the engine mixes them (vLLM's chunked
+        # prefill does; SGLang's --enable-mixed-chunk is off by default, and off under speculation): otherwise a
+        # step with chunks runs them alone, and the decode batch waits for the next step.
+        self.mixed = mixed and speculation is None
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.counter = StepCounter()  # decode steps applied here: batch sequences' progress is counted from it
@@ -176,7 +181,7 @@ class Scheduler:
         if self.waiting:
             self._admit_waiting()
         plan = Plan()
-        if self.spec is not None and self._prefill(plan, self.max_batch_tokens):
+        if not self.mixed and self._prefill(plan, self.max_batch_tokens):
             return plan
         while True:
             plan.decode = decode = self.batch.seqs  # with the sequences that joined (placed by the check)
@@ -192,7 +197,7 @@ class Scheduler:
                 plan.ctx0 = self._ctx_base + len(decode) * at
                 break
             self._preempt_newest()
-        if self.spec is None:
+        if self.mixed:
             self._prefill(plan, self.max_batch_tokens - len(plan.decode))
         return plan
 

@@ -1,0 +1,172 @@
+"""Serving-engine presets: what each names, how pools take and override its terms, and the engine behaviour each
+term prices (the CPU work per step at the engine's seam, mixed chunked prefill, two-batch overlap's hidden share),
+and the format directions the default engine must reproduce, each with its arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import run_cli
+
+from simulator.config import loader, presets
+from simulator.config.specs import EngineSpec
+from simulator.engine.timer import CostTimer, HostTime
+from simulator.errors import InputError
+from simulator.pricing import roofline
+from simulator.pricing.costmodel import CostModel
+from simulator.pricing.profile import Profile
+
+ROOT = Path(__file__).resolve().parents[1]
+KIMI_KV = ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml"
+
+
+def _load(path: Path, *sets: str):
+    return loader.load(path, list(sets))[0]
+
+
+def _cost(sc, pool_name: str = "decode") -> CostModel:
+    pool = sc.deployment.pools()[pool_name]
+    return CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc, ROOT / "scenarios"), sc.integrity.enabled)
+
+
+def test_every_engine_preset_is_valid_and_sources_each_term() -> None:
+    names = presets.names("engines")
+    assert {"sglang-0.5", "vllm-0.x"} <= set(names)
+    for name in names:
+        spec = EngineSpec(**presets.engine(name))
+        assert spec.name == name
+        assert set(spec.sources) == set(EngineSpec.TERMS), name  # every value says where it comes from
+
+
+def test_a_scenario_runs_on_sglang_unless_it_names_another_engine_and_a_pool_still_overrides() -> None:
+    sc = _load(KIMI_KV)
+    assert sc.engine.name == "sglang-0.5"
+    assert sc.deployment.decode.mixed_chunked_prefill is False  # SGLang: --enable-mixed-chunk off
+    sc = _load(KIMI_KV, "engine=vllm-0.x", "deployment.decode.fuse_elementwise=false")
+    assert sc.engine.name == "vllm-0.x"
+    assert sc.deployment.decode.mixed_chunked_prefill is True
+    assert sc.deployment.decode.fp8_kv_read_factor == pytest.approx(1.08)
+    assert sc.deployment.decode.fuse_elementwise is False  # the pool's own value wins over the engine's
+
+
+def test_an_unknown_engine_is_one_line_naming_the_known_ones() -> None:
+    with pytest.raises(InputError, match="unknown engine preset 'trtllm'.*sglang-0.5"):
+        _load(KIMI_KV, "engine=trtllm")
+
+
+def test_presets_lists_the_engines_and_results_name_theirs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = run_cli(monkeypatch, capsys, "presets")
+    assert code == 0 and "sglang-0.5" in out and "vllm-0.x" in out
+    code, out = run_cli(
+        monkeypatch, capsys, "run", str(ROOT / "scenarios" / "tiny-cpu.yaml"), "--set", "engine=vllm-0.x"
+    )
+    assert code == 0 and "engine vllm-0.x" in out
+
+
+class _Pool:
+    def __init__(self, host_us: float, overlap: bool, spec: object = None, with_spec: bool = False) -> None:
+        self.host_step_us, self.overlap_scheduler, self.speculative = host_us, overlap, spec
+        self.overlap_with_speculation = with_spec
+
+
+def test_host_time_is_hidden_behind_the_gpu_step_with_the_overlap_scheduler_and_adds_without() -> None:
+    gpu_us = np.array([4000.0, 9000.0])
+    hidden = HostTime(_Pool(6000.0, True))  # type: ignore[arg-type]
+    assert hidden.ends(1.0, gpu_us) == pytest.approx([1.006, 1.015])  # max(4, 6) ms, then max(9, 6) ms
+    added = HostTime(_Pool(6000.0, True, spec=object()))  # type: ignore[arg-type]  # SGLang: off under speculation
+    assert added.ends(1.0, gpu_us) == pytest.approx([1.010, 1.025])  # 4 + 6, then 9 + 6 ms
+    assert HostTime(_Pool(6000.0, True, spec=object(), with_spec=True)).step(0.004) == pytest.approx(0.006)  # type: ignore[arg-type]
+    # a run of n steps ends where n runs of one do (the step mode the replay uses)
+    t, ends = 1.0, []
+    for us in gpu_us:
+        t = added.ends(t, np.array([us]))[0]
+        ends.append(t)
+    assert ends == added.ends(1.0, gpu_us)
+
+
+class _Mixed(CostTimer):
+    """Counts the steps that carry prefill chunks and a decode batch together."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mixed = self.steps = 0
+
+    def time_run(self, inst, plans, n):  # type: ignore[no-untyped-def]
+        self.steps += 1
+        self.mixed += any(p.prefill and p.decode for p in plans)
+        return super().time_run(inst, plans, n)
+
+
+def test_without_mixed_chunked_prefill_a_step_with_chunks_runs_no_decode() -> None:
+    from simulator.engine.run import simulate
+
+    base = ["deployment.mode=colocated", "traffic.concurrency=4", "traffic.requests=12", "sweep={}", "focus={}"]
+    for mixed in (True, False):
+        sc = _load(KIMI_KV, *base, f"deployment.decode.mixed_chunked_prefill={str(mixed).lower()}")
+        timer = _Mixed()
+        simulate(sc, step_mode=True, timer=timer)
+        assert timer.steps > 0
+        assert (timer.mixed > 0) is mixed, (mixed, timer.mixed)
+
+
+def test_two_batch_overlap_hides_the_engines_share_of_the_shorter_part() -> None:
+    from simulator.pricing.dpstep import DPSteps
+
+    sets = ["deployment.decode.two_batch_overlap=true", "sweep={}", "focus={}"]
+    wide = ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"
+    step = {}
+    for h in (0.0, 0.44, 1.0):
+        sc = _load(wide, *sets, f"deployment.decode.tbo_hidden_share={h}")
+        dp = DPSteps(_cost(sc))
+        ranks = [(64, np.array([64 * 2000]), np.array([64 * 32]))] * sc.deployment.decode.dp
+        step[h] = float(dp.decode_run(ranks, 0.0)[0].us[0])
+        a2a = float(np.atleast_1d(dp.alltoall(64 * sc.deployment.decode.dp).us)[0])
+    compute = step[0.0] - a2a
+    assert step[1.0] == pytest.approx(max(compute, a2a))  # h = 1: the perfect bound
+    assert step[0.44] == pytest.approx(compute + a2a - 0.44 * min(compute, a2a))
+
+
+def test_fp8_kv_is_a_few_percent_slower_per_step_at_matched_concurrency_on_the_default_engine() -> None:
+    """SGLang's MLA decode converts each FP8 latent tile to BF16: 576 B × 2.3 is 1.15 × the BF16 1,152 B read, so
+    the FP8 step is slower by that much of its attention time, and only that."""
+    sc_b = _load(KIMI_KV, "deployment.decode.kv_cache=bf16", "sweep={}", "focus={}")
+    sc_f = _load(KIMI_KV, "deployment.decode.kv_cache=fp8_e4m3", "sweep={}", "focus={}")
+    ctx = 5000
+    for batch in (1, 8, 16):
+        fb = _cost(sc_b).breakdown(batch, batch * ctx, batch * 79)
+        ff = _cost(sc_f).breakdown(batch, batch * ctx, batch * 79)
+        slower = sum(ff.values()) / sum(fb.values())
+        assert 1.0 < slower < 1.08, (batch, slower)  # a few percent
+        attn_b, attn_f = fb["decode_attention_mla"], ff["decode_attention_mla"]
+        assert attn_f > attn_b  # the cache read itself is what costs more
+        assert sum(ff.values()) - sum(fb.values()) == pytest.approx(
+            (attn_f - attn_b) + (ff.get("kv_write", 0) - fb.get("kv_write", 0)), rel=1e-6
+        )
+
+
+def test_int4_moe_gain_over_fp8_is_largest_at_few_tokens_and_reverses_in_prefill() -> None:
+    """W4A16 reads half FP8's bytes (gain where the op is memory-bound) but runs BF16 tensor cores after the
+    dequantization (half FP8's rate): so it loses once the routed experts are compute-bound."""
+    hw = _load(KIMI_KV).hardware
+    shape = {"experts": 384, "top_k": 8, "hidden": 7168, "inter": 2048, "tp": 8, "ep": 1, "group": 32}
+
+    def gain(t: int) -> float:
+        us = {w: float(roofline.op_us("fused_moe", {**shape, "tokens": t, "weights": w}, hw)) for w in ("fp8", "int4")}
+        return us["fp8"] / us["int4"]
+
+    assert gain(1) > 1.3
+    assert gain(1) > gain(4096)
+    assert gain(16384) < 0.6  # prefill: about half FP8's speed (AIConfigurator's measured SGLang rows: 0.49)
+
+
+def test_int4_prefill_is_slower_than_fp8_prefill_on_glm() -> None:
+    glm = ROOT / "scenarios" / "glm-5.2-prefill.yaml"
+    t = {}
+    for w in ("fp8", "int4"):
+        sc = _load(glm, f"deployment.prefill.weights={w}", "sweep={}", "focus={}")
+        t[w] = _cost(sc, "prefill").step_s(0, 0, 0, [(8192, 0)])
+    assert t["int4"] > t["fp8"]
