@@ -578,6 +578,54 @@ def presets() -> None:
     console.print(t)
 
 
+@cli.command()
+@click.option("--case", "ids", multiple=True, metavar="ID", help="Only this case (repeatable); the fit uses these.")
+@json_option
+@click.option("--out", type=click.Path(path_type=Path), help="Also write validation.csv and validation.png here.")
+@click.option(
+    "--suite",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A validation folder (cases/*.yaml, fit.yaml) [default: the bundled validation/].",
+)
+def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path | None) -> None:
+    """The model against published SGLang/vLLM measurements: per case predicted, published, error and
+    leave-one-out error; then median and max |error|."""
+    from simulator.atomic import check_target, write_files
+    from simulator.validation import suite as vsuite
+
+    if out is not None:
+        check_target(out, ["validation.csv", "validation.png"])
+    res = vsuite.run(vsuite.SUITE if suite is None else suite, ids)
+    if out is not None:
+        write_files(
+            {out / "validation.csv": vsuite.to_csv(res["cases"]), out / "validation.png": vsuite.chart(res["cases"])}
+        )
+    if as_json:
+        click.echo(dump({k: res[k] for k in ("cases", *SUMMARY)}))
+        return
+    t = Table("case", "engine", "metric", "published", "predicted", "error", "loo error")
+    for r in res["cases"]:
+        t.add_row(
+            r["id"],
+            r["engine"],
+            r["metric"],
+            f"{r['published']:,.4g}",
+            f"{r['predicted']:,.4g}",
+            f"{r['error']:+.1%}",
+            f"{r['loo_error']:+.1%}",
+        )
+    console.print(t)
+    fitted = ", ".join(f"{k} = {v:.4g}" for k, v in res["fitted"].items()) or "none"
+    console.print(
+        f"{len(res['cases'])} cases: median |error| {res['median_abs_error']:.1%}, max {res['max_abs_error']:.1%}; "
+        f"leave-one-out median {res['median_abs_loo_error']:.1%}, max {res['max_abs_loo_error']:.1%} "
+        f"(fitted: {fitted})"
+    )
+
+
+SUMMARY = ("median_abs_error", "max_abs_error", "median_abs_loo_error", "max_abs_loo_error")
+
+
 def one_line(text: str) -> str:
     """A message as one printable line: a key or path from the input may hold newlines or terminal escapes."""
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)

@@ -27,9 +27,7 @@ def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], i
     return parse_text(safe_yaml.read_text(path), str(path))
 
 
-def parse_text(
-    text: str, name: str, what: str = "scenario"
-) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+def parse_text(text: str, name: str, what: str = "scenario") -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
     """Parse scenario text (or another YAML mapping: `what` it is, e.g. a validation case) under the YAML limits of
     `safe_yaml`; `name` is what errors call it."""
     if len(text) > safe_yaml.MAX_BYTES:
