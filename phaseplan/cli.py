@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Column, Table
 
 from phaseplan import planner
 from phaseplan.calibration import profile_fit, profile_import
@@ -603,14 +603,15 @@ def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path 
     if as_json:
         click.echo(dump({k: res[k] for k in ("cases", *SUMMARY)}))
         return
-    t = Table("case", "engine", "metric", "published", "predicted", "error", "loo error")
+    # an id is what --case takes: wrapped, never cut
+    t = Table(Column("case", overflow="fold"), "engine", "metric", "published", "predicted", "error", "loo error")
     for r in res["cases"]:
         t.add_row(
             r["id"],
             r["engine"],
             r["metric"],
-            f"{r['published']:,.4g}",
-            f"{r['predicted']:,.4g}",
+            _figure(r["published"]),
+            _figure(r["predicted"]),
             f"{r['error']:+.1%}",
             f"{r['loo_error']:+.1%}",
         )
@@ -621,6 +622,11 @@ def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path 
         f"leave-one-out median {res['median_abs_loo_error']:.1%}, max {res['max_abs_loo_error']:.1%} "
         f"(fitted: {fitted})"
     )
+
+
+def _figure(v: float) -> str:
+    """A figure with four significant digits, thousands grouped (22,282 rather than 2.228e+04)."""
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
 SUMMARY = ("median_abs_error", "max_abs_error", "median_abs_loo_error", "max_abs_loo_error")
