@@ -11,6 +11,7 @@ import csv
 import io
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
     return {"cases": rows, **summary(rows), "fitted": fitted.values}
 
 
-def _predictor(c: case.Case) -> Any:
+def _predictor(c: case.Case) -> Callable[[dict[str, Any]], float]:
+    """The case's figure as a function of the fitted parameters' overrides."""
     return lambda overrides: measure.predict(c, overrides)
 
 
