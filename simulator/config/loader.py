@@ -27,12 +27,11 @@ def read_yaml(path: str | Path) -> tuple[dict[str, Any], dict[tuple[str, ...], i
     return parse_text(safe_yaml.read_text(path), str(path))
 
 
-def parse_text(text: str, name: str) -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
-    """Parse scenario text under the YAML limits of `safe_yaml`; `name` is what errors call it."""
+def parse_text(text: str, name: str, what: str = "scenario") -> tuple[dict[str, Any], dict[tuple[str, ...], int]]:
+    """Parse scenario text (or another YAML mapping: `what` it is, e.g. a validation case) under the YAML limits of
+    `safe_yaml`; `name` is what errors call it."""
     if len(text) > safe_yaml.MAX_BYTES:
-        raise InputError(
-            f"{name}: scenario is larger than {safe_yaml.MAX_BYTES // 1024} KiB (the limit for YAML input)"
-        )
+        raise InputError(f"{name}: {what} is larger than {safe_yaml.MAX_BYTES // 1024} KiB (the limit for YAML input)")
     try:
         data, node = safe_yaml.parse(text)
     except yaml.YAMLError as e:
@@ -42,7 +41,7 @@ def parse_text(text: str, name: str) -> tuple[dict[str, Any], dict[tuple[str, ..
         kind = "YAML over a limit" if isinstance(e, safe_yaml.LimitError) else "YAML syntax error"
         raise InputError(f"{name}:{where} {kind}: {problem}") from None
     if not isinstance(data, dict):
-        raise InputError(f"{name}: a scenario must be a YAML mapping, got {type(data).__name__}")
+        raise InputError(f"{name}: a {what} must be a YAML mapping, got {type(data).__name__}")
     return data, _key_lines(node)
 
 

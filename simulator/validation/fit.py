@@ -1,0 +1,161 @@
+"""A few physical parameters fitted to the whole suite, and each case's leave-one-out error.
+
+`validation/fit.yaml` declares the parameters: a dotted scenario path (`deployment.decode.decode_graph_floor_us`)
+set on every case of the engines it belongs to, its start value, bounds and finite-difference step, why it is
+fitted and which cases inform it. Never a per-case factor: one value per parameter over all its cases.
+
+The fit is least squares on r_i = log(predicted_i / published_i), **linearised**: each case is evaluated at the
+current point and at one finite-difference step per parameter, the bounded linear problem
+min Σ (r_i + J_i · Δp)² is solved (`scipy.optimize.least_squares`), and the point moves there, a few times
+(Gauss-Newton), until it stops moving. The leave-one-out refits use the last linearisation: case i's
+leave-one-out error is its linearised error at the parameters fitted without it — cheap (no new simulation per
+case) and exact where the model is linear in log space near the fit. The final predictions at the fitted point
+are evaluated exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from scipy.optimize import least_squares
+
+from simulator.config import loader, paths, safe_yaml
+from simulator.errors import InputError
+from simulator.validation.case import Engine
+
+ITERATIONS = 6  # Gauss-Newton steps at most; each evaluates every case 1 + len(parameters) times
+TOLERANCE = 1e-9  # a step smaller than this share of a parameter's range ends the fit
+
+
+class Parameter(BaseModel):
+    """One fitted parameter, as fit.yaml declares it."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    path: str = Field(description="Dotted scenario path set on every case of `engines`.")
+    engines: list[Engine] = Field(min_length=1)
+    start: float
+    low: float
+    high: float
+    step: float = Field(gt=0, description="Finite-difference step of the linearisation.")
+    why: str = Field(min_length=1)
+    informs: list[str] = Field(description="The cases whose figures move with it.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Parameter:
+        if not self.low <= self.start <= self.high or self.low == self.high:
+            raise ValueError("start: must lie within low < high")
+        return self
+
+
+class FitFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    parameters: list[Parameter] = []
+
+
+def load(path: Path) -> list[Parameter]:
+    """The parameters of a fit file; a missing file fits nothing."""
+    if not path.exists():
+        return []
+    data, lines = loader.parse_text(safe_yaml.read_text(path), str(path), "fit file")
+    try:
+        params = FitFile.model_validate(data).parameters
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(str(x) for x in err["loc"])
+        line = next((lines[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in lines), None)
+        msg = err["msg"].removeprefix("Value error, ")
+        raise InputError(f"{path}:{f' line {line}:' if line else ''} {'.'.join(loc)}: {msg}") from None
+    for p in params:
+        try:
+            paths.check_path(p.path, short_names=False)
+        except InputError as e:
+            raise InputError(f"{path}: parameters: {e}") from None
+    return params
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The fit: parameter values, each case's prediction at them, and its leave-one-out prediction."""
+
+    values: dict[str, float]
+    predicted: list[float]
+    loo_predicted: list[float]
+
+
+# A case to fit: its engine, its published figure, and a function from overrides to the model's figure.
+Target = tuple[str, float, Callable[[dict[str, Any]], float]]
+
+
+def fit(targets: Sequence[Target], params: Sequence[Parameter]) -> Fitted:
+    """Fit `params` to the targets (linearised Gauss-Newton, bounded); leave-one-out on the last linearisation."""
+    if not params:
+        predicted = [f({}) for _, _, f in targets]
+        return Fitted({}, predicted, predicted)
+    published = np.array([pub for _, pub, _ in targets])
+    low, high = np.array([p.low for p in params]), np.array([p.high for p in params])
+    x = np.array([p.start for p in params])
+    for _ in range(ITERATIONS):
+        r, jac = _linearise(targets, params, x, published)
+        dx = _solve(r, jac, x, low, high, np.ones(len(r), dtype=bool))
+        x = np.clip(x + dx, low, high)
+        if np.all(np.abs(dx) <= TOLERANCE * (high - low)):
+            break
+    r, jac = _linearise(targets, params, x, published)
+    predicted = [f(_overrides(engine, params, x)) for engine, _, f in targets]
+    loo = []
+    for i in range(len(targets)):
+        keep = np.arange(len(targets)) != i
+        dx = _solve(r, jac, x, low, high, keep)
+        loo.append(float(published[i] * math.exp(r[i] + jac[i] @ dx)))
+    return Fitted({p.path: float(v) for p, v in zip(params, x, strict=True)}, predicted, loo)
+
+
+def _overrides(engine: str, params: Sequence[Parameter], x: np.ndarray) -> dict[str, Any]:
+    return {p.path: float(v) for p, v in zip(params, x, strict=True) if engine in p.engines}
+
+
+def _linearise(
+    targets: Sequence[Target], params: Sequence[Parameter], x: np.ndarray, published: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Log errors at x and their finite-difference Jacobian (a step towards the inside of the bounds)."""
+    r = np.array([math.log(f(_overrides(e, params, x)) / pub) for e, pub, f in targets])
+    jac = np.zeros((len(targets), len(params)))
+    for j, p in enumerate(params):
+        h = p.step if x[j] + p.step <= p.high else -p.step
+        xj = x.copy()
+        xj[j] += h
+        for i, (e, pub, f) in enumerate(targets):
+            if e in p.engines:
+                jac[i, j] = (math.log(f(_overrides(e, params, xj)) / pub) - r[i]) / h
+    return r, jac
+
+
+def _solve(
+    r: np.ndarray, jac: np.ndarray, x: np.ndarray, low: np.ndarray, high: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    """The bounded step Δp minimising Σ over `rows` of (r + J Δp)²; a parameter no kept row moves stays put."""
+    j, res = jac[rows], r[rows]
+    used = np.any(j != 0, axis=0)
+    dx = np.zeros(len(x))
+    if not used.any():
+        return dx
+    sol = least_squares(
+        lambda d: res + j[:, used] @ d,
+        np.zeros(int(used.sum())),
+        jac=lambda d: j[:, used],
+        bounds=(low[used] - x[used], high[used] - x[used]),
+        method="trf",
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+    )
+    dx[used] = sol.x
+    return dx

@@ -1,0 +1,105 @@
+"""What the model predicts for a case, measured the way the source measured it.
+
+* `decode_batch`: one decode step priced at a filled batch (every DP rank alike), tokens per step over its time —
+  what a decode benchmark at a fixed batch reports, without queueing or prefill.
+* `prefill_batch`: one prefill step of whole prompts on every rank, prompt tokens over its time.
+* `serve`: the scenario's traffic simulated end to end; the metric read from the completed requests as a serving
+  benchmark computes it (vLLM's and SGLang's `bench_serve`: TPOT per request excludes the first token).
+* `ratio`: one of the two above on the case's scenario over the same on the scenario with other overrides.
+
+Under DP attention a step is priced as the engine runs it, lock-step over ranks (`pricing.dpstep.DPSteps`), so
+two-batch overlap and the shared routed experts count as in a simulated run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.config.scenario import Pool, Scenario
+from simulator.engine.run import simulate
+from simulator.pricing.costmodel import CostModel
+from simulator.pricing.dpstep import DPSteps
+from simulator.pricing.profile import Profile
+from simulator.results.record import RequestRecord
+from simulator.validation.case import Case, DecodeBatch, Per, PrefillBatch, Ratio
+
+ROOT = Path(__file__).resolve().parents[2]  # a scenario's relative files (profiles, traces) resolve from the repo
+
+
+def predict(case: Case, overrides: dict[str, Any]) -> float:
+    """The model's figure for the case's metric, with `overrides` (fitted parameters) set on its scenario."""
+    how, metric = case.spec.how, case.spec.metric
+    sc = case.scenario_with(overrides)
+    if isinstance(how, Ratio):
+        other = case.scenario_with({**how.over, **overrides})
+        unit = "input_tok_s" if isinstance(how.of, PrefillBatch) else "output_tok_s"
+        return _pool_figure(sc, how.of, unit) / _pool_figure(other, how.of, unit)
+    if isinstance(how, DecodeBatch | PrefillBatch):
+        return _pool_figure(sc, how, metric)
+    done = [r for r in simulate(sc, ROOT)[1].requests if r.status == "completed"]
+    return served(done, metric)
+
+
+def _pool_figure(sc: Scenario, how: DecodeBatch | PrefillBatch, metric: str) -> float:
+    pool = sc.deployment.pools()[how.pool]
+    cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc, ROOT), sc.integrity.enabled)
+    if isinstance(how, DecodeBatch):
+        seconds = decode_step_s(cost, pool, how.batch, how.context)
+        if metric == "step_ms":
+            return seconds * 1e3
+        per_step = how.batch * pool.dp * (pool.speculative.tokens_per_step if pool.speculative else 1.0)
+    else:
+        seconds = prefill_step_s(cost, pool, how.tokens, how.prompt)
+        per_step = (how.tokens // how.prompt) * how.prompt * pool.dp
+    return per_step / seconds * _scale(pool, sc.hardware.gpus_per_node, how.per)
+
+
+def decode_step_s(cost: CostModel, pool: Pool, batch: int, context: int) -> float:
+    """Seconds of one decode (or verify-and-draft) step: `batch` sequences of `context` tokens on every rank."""
+    pages = np.array([float(batch * math.ceil(context / pool.page_size))])
+    if pool.dp == 1:
+        return float(cost.decode_step_s(batch, np.array([float(batch * context)]), pages)[0])
+    rank = (batch, np.array([batch * context], dtype=np.int64), pages.astype(np.int64))
+    _, ends = DPSteps(cost).decode_run([rank] * pool.dp, 0.0)
+    return ends[0]
+
+
+def prefill_step_s(cost: CostModel, pool: Pool, tokens: int, prompt: int) -> float:
+    """Seconds of one prefill step of `tokens // prompt` whole prompts on every rank."""
+    chunks = [(prompt, 0)] * max(tokens // prompt, 1)
+    if pool.dp == 1:
+        return cost.step_s(0, 0, 0, chunks)
+    return DPSteps(cost).step_s([(0, 0, 0, chunks, False)] * pool.dp)
+
+
+def _scale(pool: Pool, gpus_per_node: int, per: Per) -> float:
+    """From one instance's figure to the figure per `per`."""
+    return {
+        "gpu": 1 / pool.tp,
+        "node": gpus_per_node / pool.tp,
+        "rank": 1 / pool.dp,
+        "instance": 1.0,
+        "pool": float(pool.instances),
+    }[per]
+
+
+def served(done: list[RequestRecord], metric: str) -> float:
+    """A serving benchmark's figure over the completed requests (times in seconds since the run began)."""
+    if not done:
+        return math.nan
+    start, end = min(r.arrival for r in done), max(r.finish for r in done)
+    tpots = [(r.finish - r.first_token) / (r.output - 1) * 1e3 for r in done if r.output > 1]
+    figures = {
+        "output_tok_s": lambda: sum(r.output for r in done) / (end - start),
+        "total_tok_s": lambda: sum(r.prompt + r.output for r in done) / (end - start),
+        "mean_tpot_ms": lambda: statistics.fmean(tpots),
+        "median_tpot_ms": lambda: statistics.median(tpots),
+        "mean_ttft_ms": lambda: statistics.fmean((r.first_token - r.arrival) * 1e3 for r in done),
+        "duration_s": lambda: end - start,
+    }
+    return float(figures[metric]())

