@@ -244,6 +244,21 @@ def run(
         click.echo(dump(result))
     else:
         report.print_run(console, result)
+        print_bands(result)
+
+
+def print_bands(result: dict) -> None:
+    """The validated error band of a run's headline figures (`simulator/validation/bands.py`)."""
+    from simulator.folding import Folding
+    from simulator.validation import bands
+
+    text, engine, m = Folding(console), result["provenance"].get("engine", ""), result["metrics"]
+    for band in (
+        bands.line(engine, "throughput", "output throughput", m["output_tokens_per_s"], "tok/s"),
+        m["tpot_ms"]["p95"] and bands.line(engine, "latency", "TPOT p95", m["tpot_ms"]["p95"], "ms"),
+    ):
+        if band:
+            text.print(band)
 
 
 @cli.command()
@@ -588,10 +603,14 @@ def presets() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="A validation folder (cases/*.yaml, fit.yaml) [default: the bundled validation/].",
 )
-def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path | None) -> None:
+@click.option(
+    "--write-bands", is_flag=True, help="Write the error bands run/max-rate/plan print (validation/bands.json)."
+)
+def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path | None, write_bands: bool) -> None:
     """The model against published SGLang/vLLM measurements: per case predicted, published, error and
     leave-one-out error; then median and max |error|."""
     from simulator.atomic import check_target, write_files
+    from simulator.validation import bands
     from simulator.validation import suite as vsuite
 
     if out is not None:
@@ -601,6 +620,10 @@ def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path 
         write_files(
             {out / "validation.csv": vsuite.to_csv(res["cases"]), out / "validation.png": vsuite.chart(res["cases"])}
         )
+    if write_bands:
+        if ids or suite is not None:
+            raise InputError("--write-bands: the bands come from the whole bundled suite (no --case or --suite)")
+        write_files({bands.BANDS: json.dumps(bands.from_rows(res["cases"]), indent=1, sort_keys=True) + "\n"})
     if as_json:
         click.echo(dump({k: res[k] for k in ("cases", *SUMMARY)}))
         return

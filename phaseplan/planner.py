@@ -13,6 +13,7 @@ from rich.console import Console
 
 from phaseplan.progress import Counter, bar, status
 from simulator.config.bounds import BOUNDS
+from simulator.folding import Folding
 
 if TYPE_CHECKING:
     from simulator.budget import Limits
@@ -161,6 +162,30 @@ def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
     return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
 
 
+def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
+    """The validated error band of the limit the plan's winner binds on (its latency with the least headroom)."""
+    from simulator.validation import bands
+
+    w = res.get("winner")
+    if not w:
+        return
+    m = w["metrics"]
+    ttft, tpot = m["ttft_ms"]["p95"], m["tpot_ms"]["p95"]
+    shares = [
+        (v / lim, name, v)
+        for name, v, lim in (
+            ("TTFT p95", ttft, res["question"]["slo"]["ttft_p95_ms"]),
+            ("TPOT p95", tpot, res["question"]["slo"]["tpot_p95_ms"]),
+        )
+        if v is not None
+    ]
+    if shares:
+        _, name, v = max(shares)
+        band = bands.line(sc.engine.name, "latency", f"the winner's {name}", v, "ms")
+        if band:
+            Folding(console).print(band)
+
+
 def register(
     cli: click.Group,
     scenario_arg: Decorator,
@@ -235,6 +260,11 @@ def register(
             click.echo(dump(res))
         else:
             print_max_rate(console, res, sc.name)
+            from simulator.validation import bands
+
+            band = bands.line(sc.engine.name, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"])
+            if band:
+                Folding(console).print(band)
 
     @cli.command()
     @scenario_arg
@@ -343,6 +373,7 @@ def register(
             click.echo(dump(res))
         else:
             print_plan(console, res)
+            _plan_band(console, sc, res)
         if w is None:
             nothing = " (nothing written to --out)" if out is not None else ""
             click.echo(f"error: no candidate meets the SLO at this rate{nothing}", err=True)

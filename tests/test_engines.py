@@ -71,6 +71,7 @@ class _Pool:
     def __init__(self, host_us: float, overlap: bool, spec: object = None, with_spec: bool = False) -> None:
         self.host_step_us, self.overlap_scheduler, self.speculative = host_us, overlap, spec
         self.overlap_with_speculation = with_spec
+        self.dp, self.dp_sync_us = 1, 3000.0  # one rank: no DP sync
 
 
 def test_host_time_is_hidden_behind_the_gpu_step_with_the_overlap_scheduler_and_adds_without() -> None:

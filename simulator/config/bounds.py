@@ -79,6 +79,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("Pool", "decode_graph_floor_us"): (0.01, 1e5, "µs of a graphed kernel's launch and tail"),
     ("Pool", "fp8_kv_read_factor"): (0.01, 100, "factor on an FP8 cache read's memory time"),
     ("Pool", "host_step_us"): (0, 1e6, "µs of CPU work per step (a second per step is no engine)"),
+    ("Pool", "dp_sync_us"): (0, 1e6, "µs of CPU sync per DP-attention step"),
+    ("EngineSpec", "dp_sync_us"): (0, 1e6, "µs of CPU sync per DP-attention step"),
     ("Pool", "tbo_hidden_share"): (0, 1, "share of the all-to-alls two-batch overlap hides"),
     ("EngineSpec", "tbo_hidden_share"): (0, 1, "share of the all-to-alls two-batch overlap hides"),
     ("EngineSpec", "decode_graph_floor_us"): (0.01, 1e5, "µs of a graphed kernel's launch and tail"),

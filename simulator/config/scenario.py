@@ -31,6 +31,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "moe_routing_alpha": 1.01,
     "fuse_elementwise": False,
     "host_step_us": 0.0,
+    "dp_sync_us": 0.0,
     "overlap_scheduler": True,
     "overlap_with_speculation": False,
     "mixed_chunked_prefill": True,
@@ -143,6 +144,9 @@ class Pool(Strict):
     # (engine/timer.py) and in the lock-step DP pricing (pricing/dpstep.py).
     host_step_us: NonNegativeFloat = Field(
         0.0, description="µs of CPU work the engine spends scheduling one step (batch, sampling, bookkeeping)."
+    )
+    dp_sync_us: NonNegativeFloat = Field(
+        0.0, description="µs more CPU work per step under DP attention: the ranks agree on the step's batches."
     )
     overlap_scheduler: bool = Field(
         True, description="The CPU work of a step runs while the GPU runs the previous one (a step: the longer)."

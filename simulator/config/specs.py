@@ -182,6 +182,7 @@ class EngineSpec(Strict):
     shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
     fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
     host_step_us: NonNegativeFloat = Field(0.0, description="µs of CPU scheduling work per step.")
+    dp_sync_us: NonNegativeFloat = Field(0.0, description="µs more per step under DP attention (ranks' CPU sync).")
     overlap_scheduler: bool = Field(True, description="The CPU work of a step runs while the GPU runs the last one.")
     overlap_with_speculation: bool = Field(
         False, description="The overlap scheduler stays on under speculative decoding."
@@ -197,6 +198,7 @@ class EngineSpec(Strict):
         "shared_expert_overlap",
         "fuse_elementwise",
         "host_step_us",
+        "dp_sync_us",
         "overlap_scheduler",
         "overlap_with_speculation",
         "mixed_chunked_prefill",

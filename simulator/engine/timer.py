@@ -56,14 +56,15 @@ class StepTimer(Protocol):
 
 
 class HostTime:
-    """The engine's CPU work per step (`pool.host_step_us`): with its overlap scheduler on, a step's CPU work runs
-    while the GPU runs the previous step, so a step takes the longer of the two; off (SGLang under speculation),
-    the two add. A GPU-side price never includes it, so it lives here, at the one seam every step passes."""
+    """The engine's CPU work per step (`pool.host_step_us`, and `dp_sync_us` more under DP attention, where the
+    ranks' schedulers agree on each step's batches): with its overlap scheduler on, a step's CPU work runs while
+    the GPU runs the previous step, so a step takes the longer of the two; off (SGLang under speculation), the two
+    add. A GPU-side price never includes it, so it lives here, at the one seam every step passes."""
 
     __slots__ = ("s", "overlap")
 
     def __init__(self, pool: Pool) -> None:
-        self.s = pool.host_step_us * 1e-6
+        self.s = (pool.host_step_us + (pool.dp_sync_us if pool.dp > 1 else 0.0)) * 1e-6
         self.overlap = pool.overlap_scheduler and (pool.speculative is None or pool.overlap_with_speculation)
 
     def step(self, gpu_s: float) -> float:

@@ -168,5 +168,5 @@ def max_rate(
             for r, o in sorted(search.seen.items())
         ],
         "clock": "modeled",
-        "provenance": Profile.for_scenario(sc, base_dir).provenance(),
+        "provenance": {**Profile.for_scenario(sc, base_dir).provenance(), "engine": sc.engine.name},
     }

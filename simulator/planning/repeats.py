@@ -125,5 +125,5 @@ def repeat(
         "metrics": metrics,
         "slo_met": {"runs": k, "of": n, "probability": round(k / n, 4), "ci95": wilson(k, n)},
         "clock": "modeled",
-        "provenance": Profile.for_scenario(sc, base_dir).provenance(),
+        "provenance": {**Profile.for_scenario(sc, base_dir).provenance(), "engine": sc.engine.name},
     }

@@ -434,5 +434,5 @@ def plan(
             if c.outcome["metrics"] and not c.outcome["stopped_early"]
         ],  # type: ignore[index]
         "clock": "modeled",
-        "provenance": Profile.for_scenario(sc, base_dir).provenance(),
+        "provenance": {**Profile.for_scenario(sc, base_dir).provenance(), "engine": sc.engine.name},
     }

@@ -157,7 +157,10 @@ def load(path: Path, root: Path) -> Case:
             scenario = loader.apply_overrides(scenario, {str(k): v for k, v in spec.set.items()})
         except InputError as e:
             raise InputError(f"{path}: set: {str(e).removeprefix('--set ')}") from None
-    return Case(path, spec, scenario, sub)
+    named = scenario.get("engine", spec.engine) if isinstance(scenario, dict) else spec.engine
+    if named != spec.engine:
+        raise InputError(f"{path}: scenario: engine: '{named}' is not the case's engine '{spec.engine}'")
+    return Case(path, spec, {**scenario, "engine": spec.engine}, sub)
 
 
 def _message(path: Path, e: ValidationError, lines: dict[tuple[str, ...], int]) -> str:

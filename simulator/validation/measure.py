@@ -22,6 +22,7 @@ import numpy as np
 
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.run import simulate
+from simulator.engine.timer import HostTime
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
@@ -60,21 +61,22 @@ def _pool_figure(sc: Scenario, how: DecodeBatch | PrefillBatch, metric: str) -> 
 
 
 def decode_step_s(cost: CostModel, pool: Pool, batch: int, context: int) -> float:
-    """Seconds of one decode (or verify-and-draft) step: `batch` sequences of `context` tokens on every rank."""
+    """Seconds of one decode (or verify-and-draft) step: `batch` sequences of `context` tokens on every rank,
+    the engine's CPU work per step included as a run prices it (`engine.timer.HostTime`)."""
     pages = np.array([float(batch * math.ceil(context / pool.page_size))])
     if pool.dp == 1:
-        return float(cost.decode_step_s(batch, np.array([float(batch * context)]), pages)[0])
+        return HostTime(pool).step(float(cost.decode_step_s(batch, np.array([float(batch * context)]), pages)[0]))
     rank = (batch, np.array([batch * context], dtype=np.int64), pages.astype(np.int64))
     _, ends = DPSteps(cost).decode_run([rank] * pool.dp, 0.0)
-    return ends[0]
+    return HostTime(pool).step(ends[0])
 
 
 def prefill_step_s(cost: CostModel, pool: Pool, tokens: int, prompt: int) -> float:
-    """Seconds of one prefill step of `tokens // prompt` whole prompts on every rank."""
+    """Seconds of one prefill step of `tokens // prompt` whole prompts on every rank (CPU work included)."""
     chunks = [(prompt, 0)] * max(tokens // prompt, 1)
     if pool.dp == 1:
-        return cost.step_s(0, 0, 0, chunks)
-    return DPSteps(cost).step_s([(0, 0, 0, chunks, False)] * pool.dp)
+        return HostTime(pool).step(cost.step_s(0, 0, 0, chunks))
+    return HostTime(pool).step(DPSteps(cost).step_s([(0, 0, 0, chunks, False)] * pool.dp))
 
 
 def _scale(pool: Pool, gpus_per_node: int, per: Per) -> float:

@@ -1,0 +1,59 @@
+"""The validated error band beside an answer: how far the model was from published measurements of its kind.
+
+Per engine and kind of figure (a throughput or a latency), the median and worst |leave-one-out error| of the
+suite's cases of that kind: the error a case had when the fitted parameters had not seen it, so the band is the
+one a new deployment can expect, not the fit's own residual. `phaseplan validate --write-bands` writes them to
+`validation/bands.json` (a test checks the file is the suite's current answer); `run`, `max-rate` and `plan`
+read it for the metric they bind on.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+SUITE = Path(__file__).resolve().parents[2] / "validation"
+BANDS = SUITE / "bands.json"
+Kind = Literal["throughput", "latency"]
+
+
+def kind(metric: str) -> Kind:
+    """A case's metric as the kind of figure it is (a ratio of throughputs is a throughput)."""
+    return "latency" if metric.endswith("_ms") or metric == "duration_s" else "throughput"
+
+
+def from_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Engine → kind → {median, max, cases} of |leave-one-out error| over the suite's rows."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for engine in sorted({r["engine"] for r in rows}):
+        for k in ("throughput", "latency"):
+            errs = [abs(r["loo_error"]) for r in rows if r["engine"] == engine and kind(r["metric"]) == k]
+            if errs:
+                out.setdefault(engine, {})[k] = {
+                    "median": round(statistics.median(errs), 4),
+                    "max": round(max(errs), 4),
+                    "cases": len(errs),
+                }
+    return out
+
+
+@cache
+def _committed() -> dict[str, Any]:
+    return json.loads(BANDS.read_text()) if BANDS.is_file() else {}
+
+
+def line(engine: str, k: Kind, what: str, value: float, unit: str) -> str | None:
+    """E.g. "max rate 1.73 conv/s: validated model error ±9% on sglang-0.5 (…): 1.58–1.89"; None where the
+    suite has no case of this engine and kind."""
+    b = _committed().get(engine, {}).get(k)
+    if b is None:
+        return None
+    m = b["median"]
+    return (
+        f"{what} {value:,.4g} {unit}: validated model error ±{m:.0%} on {engine} ({k} cases' leave-one-out median "
+        f"over {b['cases']} published measurements, worst {b['max']:.0%}, docs/validation.md): "
+        f"{value * (1 - m):,.4g}–{value * (1 + m):,.4g}"
+    )
