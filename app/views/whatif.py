@@ -101,7 +101,7 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
         ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
         ("SLO attainment", num(m["slo_attainment"], "%")),
-        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$/M tok")),
+        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$")),
         ("KV occupancy max", num(m["kv_occupancy"]["max"], "%")),
         ("max running (decode instance)", num(m["max_running"], "requests")),
     ]
