@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 
@@ -56,8 +55,3 @@ def cli_line(verb: str, source: str, sets: dict[str, Any], extra: str = "") -> s
         value = "null" if v is None else json.dumps(v) if isinstance(v, dict) else v
         parts.append(f"--set '{k}={value}'" if isinstance(v, dict) else f"--set {k}={value}")
     return " ".join(parts)
-
-
-def plain(text: str) -> str:
-    """`text` shown as typed inside Markdown: a crafted link's text must not become a link, an image or HTML."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~$:])", r"\\\1", text)

@@ -12,7 +12,6 @@ import streamlit as st
 
 from app import knobs
 from app.scenario_io import Study
-from app.views.fmt import plain
 
 
 def opened_with(name: str) -> str | None:
@@ -40,8 +39,10 @@ def knob_start(study: Study, start: dict[str, Any], options: dict[str, list[Any]
     if not items or st.session_state.get("url:left"):
         return start
     values, errors = knobs.from_url(items, start, options)
-    if errors:
-        st.warning("**Not taken from the URL** (those knobs start at the study's values): " + plain("; ".join(errors)))
+    if errors:  # the items as plain text, never Markdown: a crafted link's text must not become a link
+        box = st.container(key="url-refused")
+        box.warning("**Not taken from the URL** (those knobs start at the study's values):")
+        box.text("\n".join(errors))
     return {**start, **values}
 
 
