@@ -212,8 +212,8 @@ def test_moved_knobs_round_trip_through_the_url_and_hostile_items_are_refused() 
     options = knobs.select_options(s.scenario, s.raw, start, [c.value for c in pricing.choices(s)])
     moved = {
         **start,
-        "deployment.decode.kv_cache": "fp8_e4m3",
-        "deployment.prefill.instances": 3,
+        "deployment.decode.kv_cache": "bf16" if start["deployment.decode.kv_cache"] != "bf16" else "fp8_e4m3",
+        "deployment.prefill.instances": start["deployment.prefill.instances"] + 1,
         "traffic.prompt_tokens": {"dist": "uniform", "low": 100, "high": 900},
         "slo.tpot_p95_ms": 42.5,
         "integrity.enabled": not start["integrity.enabled"],
