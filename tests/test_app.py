@@ -214,7 +214,13 @@ def test_moved_knobs_round_trip_through_the_url_and_hostile_items_are_refused() 
         **start,
         "deployment.decode.kv_cache": "bf16" if start["deployment.decode.kv_cache"] != "bf16" else "fp8_e4m3",
         "deployment.prefill.instances": start["deployment.prefill.instances"] + 1,
-        "traffic.prompt_tokens": {"dist": "uniform", "low": 100, "high": 900},
+        # as the sidebar's length knob gives it: the study's own max kept
+        "traffic.prompt_tokens": {
+            "dist": "uniform",
+            "low": 100,
+            "high": 900,
+            "max": start["traffic.prompt_tokens"]["max"],
+        },
         "slo.tpot_p95_ms": 42.5,
         "integrity.enabled": not start["integrity.enabled"],
     }
