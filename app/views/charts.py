@@ -39,14 +39,15 @@ def histogram(values: np.ndarray, title: str, bins: int = 40) -> alt.Chart:
     """A distribution over requests, `title` naming the quantity and its unit: binned here, so the browser gets
     `bins` bars rather than every request's value."""
     counts, edges = np.histogram(values, bins=bins)
-    df = pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "requests": counts})
+    df = pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "requests": counts, "zero": 0})
     return (
         alt.Chart(df)
-        .mark_bar()
+        .mark_rect()  # each bin a rectangle from zero to its count (a bar mark with x2 drew only its top)
         .encode(
             x=alt.X("lo:Q", title=title),
             x2="hi:Q",
             y=alt.Y("requests:Q", title="requests"),
+            y2="zero:Q",
             tooltip=[
                 alt.Tooltip("lo:Q", title="from", format=",.1f"),
                 alt.Tooltip("hi:Q", title="to", format=",.1f"),
