@@ -7,11 +7,16 @@ study equal to the CLI's.
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any, get_args
 
-from simulator.config import presets
+from pydantic import ValidationError
+
+from simulator.config import loader, presets
 from simulator.config.scenario import Length, Routing, Scenario
 from simulator.config.specs import KVFormat, WeightFormat
+from simulator.errors import InputError
 
 POOL_FIELDS = ("instances", "tp", "ep", "weights", "kv_cache", "mem_fraction")
 # The choices are the schema's own, so a format or policy the simulator gains shows up in the page.
@@ -19,6 +24,24 @@ WEIGHT_FORMATS: list[str] = list(get_args(WeightFormat))
 KV_FORMATS: list[str] = list(get_args(KVFormat))
 ROUTING: list[str] = list(get_args(Routing.model_fields["policy"].annotation))
 LENGTH_DISTS = ["fixed", "uniform", "lognormal"]  # empirical lengths come from a file the page does not edit
+TP_CHOICES = [1, 2, 4, 8, 16]
+EP_CHOICES = [1, 2, 4, 8]
+# The number knobs' widget ranges (a pool's field by its last part), shared by the sidebar and the URL check, so
+# a URL can never give a widget a value it refuses.
+RANGES: dict[str, tuple[float, float]] = {
+    "instances": (1, 1024),
+    "traffic.concurrency": (1, 4096),
+    "traffic.rate": (0.01, 10_000.0),
+    "traffic.trace_speedup": (0.01, 10_000.0),
+    "traffic.shared_prefix_tokens": (0, 1_000_000),
+    "slo.ttft_p95_ms": (1.0, 1e7),
+    "slo.tpot_p95_ms": (0.1, 1e5),
+}
+TOKENS = (1, 2_000_000)  # a length distribution's value, low, high or median
+SIGMA = (0.0, 3.0)
+LENGTH_FIELDS = {"fixed": ["value"], "uniform": ["low", "high"], "lognormal": ["median", "sigma"]}
+MAX_URL_ITEMS = 64  # a study has at most a few dozen knobs
+MAX_URL_ITEM_CHARS = 400
 # The load knob of each kind of traffic: its label and unit.
 LOAD_LABELS = {
     "traffic.concurrency": ("closed-loop clients", "clients"),
@@ -50,9 +73,7 @@ def preset_options(raw: dict[str, Any], key: str) -> list[str]:
 def length_value(length: Length | dict[str, Any]) -> dict[str, Any]:
     """A length distribution as the plain mapping YAML holds, normalised so equal distributions compare equal."""
     ln = length if isinstance(length, Length) else Length.model_validate(length)
-    keep = {"fixed": ["value"], "uniform": ["low", "high"], "lognormal": ["median", "sigma"], "empirical": ["file"]}[
-        ln.dist
-    ]
+    keep = {**LENGTH_FIELDS, "empirical": ["file"]}[ln.dist]
     out: dict[str, Any] = {"dist": ln.dist, **{k: getattr(ln, k) for k in keep}}
     if ln.max is not None:
         out["max"] = ln.max
@@ -98,3 +119,123 @@ def overrides(base: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:
         if path in base and value != base[path] and not (isinstance(value, str) and value.startswith("inline:")):
             out[path] = value
     return out
+
+
+def _with_own(options: list[Any], own: Any) -> list[Any]:
+    """A select's choices with the study's own value among them (a 3-way TP, say)."""
+    return options if own in options else sorted({*options, own})
+
+
+def select_options(
+    sc: Scenario, raw: dict[str, Any], start: dict[str, Any], profiles: list[str]
+) -> dict[str, list[Any]]:
+    """Every select knob's choices as the sidebar offers them, by path; `profiles` the pricing choices."""
+    out: dict[str, list[Any]] = {key: preset_options(raw, key) for key in ("model", "hardware")}
+    for name in sc.deployment.pools():
+        p = f"deployment.{name}."
+        for field, options in (
+            ("tp", TP_CHOICES),
+            ("ep", EP_CHOICES),
+            ("weights", WEIGHT_FORMATS),
+            ("kv_cache", KV_FORMATS),
+        ):
+            out[p + field] = _with_own(options, start[p + field])
+    out["routing.policy"] = ROUTING
+    out["prefix_cache.enabled"] = out["integrity.enabled"] = [True, False]
+    out["profile"] = profiles
+    return out
+
+
+def mem_fraction_range(own: float) -> tuple[float, float]:
+    """The slider's range: from 0.3 (or the study's own share, if lower) to all of HBM."""
+    return min(0.3, own), 1.0
+
+
+def number_range(path: str, own: Any) -> tuple[float, float]:
+    """The widget range of a number knob."""
+    last = path.rsplit(".", 1)[-1]
+    if last == "mem_fraction":
+        return mem_fraction_range(float(own))
+    return RANGES[last] if last == "instances" else RANGES[path]
+
+
+def url_items(start: dict[str, Any], chosen: dict[str, Any]) -> list[str]:
+    """The knobs moved from where the study opens, as the URL carries them: `PATH=VALUE`, a value as `--set`
+    writes it (a mapping as JSON), so a reload of the URL opens them again."""
+    return [f"{path}={_set_text(v)}" for path, v in chosen.items() if path in start and v != start[path]]
+
+
+def _set_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def from_url(
+    items: list[str], start: dict[str, Any], options: dict[str, list[Any]]
+) -> tuple[dict[str, Any], list[str]]:
+    """The knob values a URL's `set` items give, checked as the knobs' widgets would check them (`options` the
+    select knobs' choices), and one line for each item refused: that knob stays where the study opens."""
+    if len(items) > MAX_URL_ITEMS:
+        return {}, [f"{len(items):,} set= items, more than the {MAX_URL_ITEMS} a page's knobs can need: all ignored"]
+    values: dict[str, Any] = {}
+    errors = []
+    for item in items:
+        short = item if len(item) <= 60 else item[:57] + "…"
+        try:
+            if len(item) > MAX_URL_ITEM_CHARS:
+                raise InputError(f"longer than {MAX_URL_ITEM_CHARS} characters")
+            try:
+                path, value = loader.parse_set(item)
+            except InputError:
+                raise InputError("expected PATH=VALUE, e.g. deployment.decode.kv_cache=fp8_e4m3") from None
+            values[path] = _checked(path, value, start, options)
+        except InputError as e:
+            errors.append(f"set={short}: {e}")
+    return values, errors
+
+
+def _checked(path: str, value: Any, start: dict[str, Any], options: dict[str, list[Any]]) -> Any:
+    """`value` for the knob `path` if its widget takes it; else InputError saying why."""
+    if path not in start:
+        raise InputError(f"{path} is no knob of this study")
+    own = start[path]
+    if path in options:
+        if not any(type(value) is type(o) and value == o for o in options[path]):
+            shown = ", ".join(str(o) for o in options[path][:12])
+            raise InputError(f"{path} takes one of {shown}")
+        return value
+    if isinstance(own, dict):
+        return _length(path, value, own)
+    return _number(path, value, *number_range(path, own), integer=isinstance(own, int))
+
+
+def _number(name: str, value: Any, low: float, high: float, integer: bool) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or (integer and not isinstance(value, int)):
+        raise InputError(f"{name} takes {'a whole number' if integer else 'a number'}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise InputError(f"{name} takes {low:g} to {high:g}")
+    return value if integer else float(value)
+
+
+def _length(path: str, value: Any, own: dict[str, Any]) -> dict[str, Any]:
+    """A length distribution the page's length knobs can show: one of theirs, fields in their ranges, the study's
+    own `max` (no knob edits it)."""
+    if not isinstance(value, dict) or value.get("dist") not in LENGTH_FIELDS:
+        raise InputError(f"{path} takes a mapping with dist one of {', '.join(LENGTH_FIELDS)}")
+    fields = LENGTH_FIELDS[value["dist"]]
+    extra = set(value) - {"dist", "max", *fields}
+    if extra or any(f not in value for f in fields):
+        raise InputError(f"{path} with dist {value['dist']} has exactly {', '.join(fields)} (and max)")
+    if value.get("max") != own.get("max"):
+        raise InputError(f"{path}.max is the study's own ({own.get('max')})")
+    out = dict(value)
+    for f in fields:
+        low, high = SIGMA if f == "sigma" else TOKENS
+        out[f] = _number(f"{path}.{f}", value[f], low, high, integer=value["dist"] != "lognormal")
+    try:
+        return length_value(out)
+    except ValidationError as e:  # e.g. uniform low > high: the schema's own message
+        raise InputError(f"{path}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None

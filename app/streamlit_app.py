@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import knobs
+from app import knobs, pricing
 from app.views import capacity, compare, plan, sidebar, url, whatif
 
 st.set_page_config(page_title="phaseplan planner", layout="wide")
@@ -18,12 +18,15 @@ st.title("phaseplan planner")
 
 study = sidebar.pick_study()
 base = knobs.study_values(study.scenario, study.raw)  # what a knob left alone means: no --set
-start = knobs.start_values(study.scenario, study.raw)  # where the knobs open: the study's focus
-deployment = sidebar.deployment_knobs(study, start)
-chosen = {**deployment, **sidebar.pricing_knobs(study, start), **sidebar.traffic_knobs(study, start)}
+start = knobs.start_values(study.scenario, study.raw)  # where the study opens: its focus
+options = knobs.select_options(study.scenario, study.raw, start, [c.value for c in pricing.choices(study)])
+first = url.knob_start(study, start, options, sidebar.opened_study())  # ?set=PATH=VALUE moves a knob
+deployment = sidebar.deployment_knobs(study, first, options)
+chosen = {**deployment, **sidebar.pricing_knobs(study, first), **sidebar.traffic_knobs(study, first, options)}
+url.follow_knobs(study, start, chosen)  # the moved knobs into the URL: a reload opens them again
 fixed = knobs.focus_overrides(study.scenario, base)
 overrides = {**knobs.overrides(base, chosen), **fixed}
-opening = {**knobs.overrides(base, start), **fixed}  # the knobs as the study opens: run without asking
+opening = {**knobs.overrides(base, first), **fixed}  # the knobs as the page opens: run without asking
 focus = ", ".join(f"{k}={v}" for k, v in study.scenario.focus.items())
 st.caption(
     f"**{study.label}** · {study.scenario.name}"
@@ -34,8 +37,8 @@ st.caption(
 
 # Only the open view runs (switching views reruns the page): a view's charts cost the browser seconds to draw.
 views = ["Capacity", "What-if", "Compare & curves", "Plan"]
-first = url.opened_with("view")  # ?view=What-if links straight to a view
-tabs = st.tabs(views, key="view", on_change="rerun", default=first if first in views else None)
+view = url.opened_with("view")  # ?view=What-if links straight to a view
+tabs = st.tabs(views, key="view", on_change="rerun", default=view if view in views else None)
 st.query_params["view"] = next((v for v, t in zip(views, tabs, strict=True) if t.open), views[0])
 with tabs[0]:
     if tabs[0].open:

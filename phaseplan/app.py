@@ -21,7 +21,7 @@ def command(port: int, address: str = "localhost") -> list[str]:
     return [
         sys.executable,
         "-m",
-        "streamlit",
+        "app.serve",  # streamlit's own command line, with the page's code loaded before it listens
         "run",
         str(PAGE),
         "--server.headless",

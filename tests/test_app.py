@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from app import compare, gpu_memory, knobs, runs, scenario_io
+from app import compare, gpu_memory, knobs, pricing, runs, scenario_io
 from simulator.capacity import capacity_report
 from simulator.config import loader
 from simulator.engine.run import simulate
@@ -204,3 +204,41 @@ def test_the_command_the_page_prints_loads_the_same_scenario() -> None:
     assert argv[:3] == ["phaseplan", "run", "scenarios/fleet-disaggregated.yaml"]
     given = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
     assert loader.load(scenario_io.ROOT / argv[2], given)[0] == runs.scenario_for(s, sets)
+
+
+def test_moved_knobs_round_trip_through_the_url_and_hostile_items_are_refused() -> None:
+    s = study("fleet-disaggregated")
+    start = knobs.start_values(s.scenario, s.raw)
+    options = knobs.select_options(s.scenario, s.raw, start, [c.value for c in pricing.choices(s)])
+    moved = {
+        **start,
+        "deployment.decode.kv_cache": "bf16" if start["deployment.decode.kv_cache"] != "bf16" else "fp8_e4m3",
+        "deployment.prefill.instances": start["deployment.prefill.instances"] + 1,
+        # as the sidebar's length knob gives it: the study's own max kept
+        "traffic.prompt_tokens": {
+            "dist": "uniform",
+            "low": 100,
+            "high": 900,
+            "max": start["traffic.prompt_tokens"]["max"],
+        },
+        "slo.tpot_p95_ms": 42.5,
+        "integrity.enabled": not start["integrity.enabled"],
+    }
+    items = knobs.url_items(start, moved)
+    assert len(items) == 5
+    assert knobs.from_url(items, start, options) == ({k: v for k, v in moved.items() if v != start[k]}, [])
+    values, errors = knobs.from_url(
+        [
+            "deployment.decode.tp=3",  # no TP choice
+            "deployment.decode.instances=0",
+            "prefix_cache.enabled=1",  # a number is not a switch
+            "slo.ttft_p95_ms=.inf",
+            "traffic.prompt_tokens={dist: empirical, file: /etc/passwd}",
+            "no.such.knob=1",
+            "x" * 500,
+        ],
+        start,
+        options,
+    )
+    assert values == {} and len(errors) == 7
+    assert knobs.from_url(["a=1"] * 65, start, options)[0] == {}

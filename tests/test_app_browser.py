@@ -6,8 +6,10 @@ that a failure."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 import yaml
@@ -71,6 +73,13 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         metric(page, "output throughput", num(fp8["output_tokens_per_s"], "tok/s"))
         metric(page, "TPOT p95", num(fp8["tpot_ms"]["p95"], "ms"))
         assert "MODELED" in page.inner_text("body")
+        # The charts are drawn only when asked for: none until their toggles are on.
+        charts = page.locator("[data-testid=stVegaLiteChart]")
+        assert charts.count() == 0
+        page.locator(".st-key-charts-series label").click()
+        charts.nth(3).wait_for()  # TTFT and TPOT distributions, KV occupancy and waiting over time
+        page.locator(".st-key-charts-anatomy label").click()
+        charts.nth(4).wait_for()  # and a step's time by op family
         snapshot(page, img / "app-whatif.png")
 
         page.get_by_role("tab", name="Compare & curves").click()
@@ -97,6 +106,7 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         assert "measured profile on NVIDIA H200" in page.inner_text("body")  # the headline says what priced it
 
 
+CLIPPED = "e => [e, ...e.querySelectorAll('*')].some(x => x.scrollWidth > x.clientWidth + 1)"
 PLAN_STUDY = "glm-5.2-weight-formats"  # 32 requests a trial: a search answers in seconds
 
 
@@ -107,7 +117,7 @@ def test_plan_inputs_answer_and_files_in_chromium(tmp_path: Path) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
         page.set_default_timeout(60_000)
         page.goto(f"{url}/?study=b200-nvfp4&view=Plan")
-        plan_box = page.locator("[data-testid=stCode]").filter(has_text="phaseplan plan ")
+        plan_box = page.locator("pre.phaseplan-command").filter(has_text="phaseplan plan ")
         plan_box.filter(has_text="--rate 30 ").wait_for()
         choose(page, "st-key-study", PLAN_STUDY)
         plan_box.filter(has_text=f"scenarios/{PLAN_STUDY}.yaml --rate 1 ").wait_for()
@@ -115,8 +125,15 @@ def test_plan_inputs_answer_and_files_in_chromium(tmp_path: Path) -> None:
 
         page.locator(".st-key-plan-plan button").click()
         page.get_by_text("winner:").first.wait_for(timeout=120_000)
-        for label in ("GPUs", "TTFT p95", "TPOT p95", "output throughput"):
+        for label in ("GPUs", "TTFT p95", "TPOT p95", "output throughput", "cost per M"):
             page.locator("[data-testid=stMetric]").filter(has_text=label).first.wait_for()
+        values = page.locator("[data-testid=stMetricValue]")
+        clipped = [
+            values.nth(i).inner_text()
+            for i in range(values.count())
+            if values.nth(i).evaluate(CLIPPED)  # shown whole at this 1400 px window, not cut to "…"
+        ]
+        assert values.count() >= 5 and not clipped, clipped
         expanders = page.locator("[data-testid=stExpander] details")
         assert expanders.count() >= 1 and all(
             expanders.nth(i).get_attribute("open") is None for i in range(expanders.count())
@@ -137,3 +154,47 @@ def test_plan_inputs_answer_and_files_in_chromium(tmp_path: Path) -> None:
         plan_box.filter(has_text="phaseplan plan scenarios/mine.yaml --rate 7.5 ").wait_for()
         assert "ttft_p95_ms=3000," in plan_box.inner_text()
         page.get_by_role("button", name="mine.yaml").first.wait_for()  # the file the command names
+
+
+def test_knobs_follow_the_url_and_stale_files_say_whose_in_chromium() -> None:
+    need_browser()
+    bf16, fp8 = expected(), expected("deployment.decode.kv_cache=fp8_e4m3")
+    with served() as url, chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page.set_default_timeout(60_000)
+        page.goto(f"{url}/?study={STUDY}&view=What-if")
+        metric(page, "output throughput", num(bf16["output_tokens_per_s"], "tok/s"))
+        choose(page, "-deployment-decode-kv_cache", "fp8_e4m3")
+        page.locator("[data-testid=stAlert]").filter(has_text="Stale:").first.wait_for()
+        last = page.get_by_role("button", name="last run's result (JSON)")
+        last.wait_for()
+        assert page.get_by_role("button", name="result (JSON)", exact=True).count() == 0
+        with page.expect_download() as dl:  # the stale run's file, named as the last run's: BF16's numbers
+            last.click()
+        assert dl.value.suggested_filename == "last-run-result.json"
+        assert json.loads(Path(dl.value.path()).read_text())["metrics"]["output_tokens_per_s"] == pytest.approx(
+            bf16["output_tokens_per_s"]
+        )
+        page.wait_for_url("**set=deployment.decode.kv_cache%3Dfp8_e4m3**")  # the moved knob is in the URL
+
+        page.reload()  # the same URL: the knob opens moved, and its run shows without pressing Run
+        metric(page, "output throughput", num(fp8["output_tokens_per_s"], "tok/s"))
+        box = page.locator("[class*='st-key-'][class*='-deployment-decode-kv_cache']").first
+        assert "fp8_e4m3" in box.inner_html()  # the select shows the URL's value
+        page.get_by_role("button", name="result (JSON)", exact=True).wait_for()  # current again: plain names
+
+        hostile = [
+            "deployment.decode.instances=99999",
+            "profile=/etc/passwd",
+            "[click](http://example.invalid)=1",
+            "traffic.prompt_tokens={dist: uniform, low: 9, high: 1}",
+            "deployment.decode.kv_cache=fp8_e4m3",
+        ]
+        page.goto(f"{url}/?study={STUDY}&view=What-if&" + urlencode([("set", h) for h in hostile]))
+        refused = page.locator(".st-key-url-refused")
+        refused.get_by_text("Not taken from the URL").wait_for()
+        text = refused.inner_text()
+        assert "instances takes 1 to 1024" in text and "profile takes one of" in text and "got 9 > 1" in text
+        assert refused.locator("a").count() == 0  # a crafted item is shown as text, never a link
+        assert page.locator("[data-testid=stException]").count() == 0
+        metric(page, "output throughput", num(fp8["output_tokens_per_s"], "tok/s"))  # the good item still taken

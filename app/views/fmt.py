@@ -14,6 +14,8 @@ def num(value: Any, unit: str = "") -> str:
         return f"{value:.1%}"
     if unit == "$/M tok":
         return f"${value:,.3f} /M tok"
+    if unit == "$":  # a metric labelled "cost per M … tokens": the value alone, so a narrow column shows it whole
+        return f"${value:,.3f}"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, int):

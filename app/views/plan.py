@@ -101,7 +101,7 @@ def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scena
     a.metric(f"max rate ({res['rate_unit']})", num(res["max_rate_rps"]))
     b.metric("TTFT p95 there", num(m["ttft_ms"]["p95"], "ms"))
     c.metric("TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"))
-    d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$/M tok"))
+    d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$"))
     st.info(provenance_line(res))
     with st.expander(f"the {len(res['trials'])} rates tried"):
         st.table(
@@ -192,15 +192,17 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
         st.success(f"winner: {w['label']}")
         st.caption(f"{w['layout']} · binding limit: {w['binding'] or '–'}")
         m = w["metrics"]
+        # Three a row: five in one row cut the cost off at a 1400 px window.
         cells = [
             ("GPUs", num(w["gpus"])),
+            (f"cost per M {w['cost_basis']}", num(w["cost_per_mtok_usd"], "$")),
+            ("output throughput", num(m["output_tokens_per_s"], "tok/s")),
             ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
             ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
-            ("output throughput", num(m["output_tokens_per_s"], "tok/s")),
-            (f"cost per M {w['cost_basis']}", num(w["cost_per_mtok_usd"], "$/M tok")),
         ]
-        for col, (label, value) in zip(st.columns(len(cells)), cells, strict=True):
-            col.metric(label, value)
+        cols = st.columns(3)
+        for i, (label, value) in enumerate(cells):
+            cols[i % 3].metric(label, value)
         st.info(provenance_line(res))
     if res["runners_up"]:
         st.markdown("**Runners-up**")

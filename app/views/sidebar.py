@@ -14,12 +14,17 @@ from app.views import url
 from simulator.errors import InputError
 
 DEFAULT_STUDY = "fleet-disaggregated"
-TP_CHOICES = [1, 2, 4, 8, 16]
+Options = dict[str, list[Any]]
 
 
 @st.cache_resource(show_spinner=False)
 def _bundled(path: str) -> Study:
     return scenario_io.from_path(Path(path))
+
+
+def opened_study() -> str:
+    """The study the page opened: ?study=NAME links straight to one."""
+    return url.opened_with("study") or DEFAULT_STUDY
 
 
 def pick_study() -> Study:
@@ -28,7 +33,7 @@ def pick_study() -> Study:
     names = list(paths)
     sb = st.sidebar
     sb.header("scenario")
-    first = url.opened_with("study") or DEFAULT_STUDY  # ?study=NAME links straight to a study
+    first = opened_study()
     name = sb.selectbox("study", names, index=names.index(first) if first in names else 0, key="study")
     st.query_params["study"] = name  # the URL follows the pick, so a reload or a shared link opens it again
     study = _bundled(str(paths[name]))
@@ -62,42 +67,39 @@ def knob(study: Study, path: str) -> str:
     return f"knob:{study.key}:{path}"
 
 
-def _select(where: Any, label: str, options: list[Any], study: Study, path: str, start: dict[str, Any]) -> Any:
-    """A select knob at the study's value (added to the options when it is not one of them)."""
-    own = start[path]
-    opts = options if own in options else sorted({*options, own})
-    return where.selectbox(label, opts, opts.index(own), key=knob(study, path))
+def _select(where: Any, label: str, study: Study, path: str, start: dict[str, Any], options: Options) -> Any:
+    """A select knob at its start, among `options[path]` (knobs.select_options: the study's own value included)."""
+    opts = options[path]
+    return where.selectbox(label, opts, opts.index(start[path]), key=knob(study, path))
 
 
-def deployment_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
-    """Model, hardware and each pool's size, sharding, formats and memory share, starting at the study's."""
+def deployment_knobs(study: Study, start: dict[str, Any], options: Options) -> dict[str, Any]:
+    """Model, hardware and each pool's size, sharding, formats and memory share, from `start` (the study's, or
+    the URL's)."""
     sb = st.sidebar
     sb.header("deployment")
     chosen: dict[str, Any] = {}
     for key in ("model", "hardware"):
-        opts = knobs.preset_options(study.raw, key)
-        chosen[key] = sb.selectbox(key, opts, index=opts.index(start[key]), key=knob(study, key))
+        chosen[key] = _select(sb, key, study, key, start, options)
     pools = study.scenario.deployment.pools()
     for name in pools:
         p = f"deployment.{name}."
         sb.subheader(f"{name} pool" if len(pools) > 1 else "pool (colocated: prefill and decode)")
+        low, high = knobs.RANGES["instances"]
         chosen[p + "instances"] = sb.number_input(
-            "instances", 1, 1024, start[p + "instances"], 1, key=knob(study, p + "instances")
+            "instances", low, high, start[p + "instances"], 1, key=knob(study, p + "instances")
         )
         c1, c2 = sb.columns(2)
-        chosen[p + "tp"] = _select(c1, "TP (GPUs per instance)", TP_CHOICES, study, p + "tp", start)
-        chosen[p + "ep"] = _select(c2, "EP groups", [1, 2, 4, 8], study, p + "ep", start)
+        chosen[p + "tp"] = _select(c1, "TP (GPUs per instance)", study, p + "tp", start, options)
+        chosen[p + "ep"] = _select(c2, "EP groups", study, p + "ep", start, options)
         c1, c2 = sb.columns(2)
-        chosen[p + "weights"] = _select(c1, "weights", knobs.WEIGHT_FORMATS, study, p + "weights", start)
-        chosen[p + "kv_cache"] = _select(c2, "KV cache", knobs.KV_FORMATS, study, p + "kv_cache", start)
+        chosen[p + "weights"] = _select(c1, "weights", study, p + "weights", start, options)
+        chosen[p + "kv_cache"] = _select(c2, "KV cache", study, p + "kv_cache", start, options)
         own = float(start[p + "mem_fraction"])
+        # The range as the study has it (a URL's value, checked against that range, never moves it).
+        low, high = knobs.mem_fraction_range(min(own, pools[name].mem_fraction))
         chosen[p + "mem_fraction"] = sb.slider(
-            "mem_fraction (weights + KV share of HBM)",
-            min(0.3, own),
-            1.0,
-            own,
-            0.01,
-            key=knob(study, p + "mem_fraction"),
+            "mem_fraction (weights + KV share of HBM)", low, high, own, 0.01, key=knob(study, p + "mem_fraction")
         )
     return chosen
 
@@ -118,15 +120,15 @@ def _length_knob(col: Any, study: Study, label: str, path: str, start: dict[str,
     if dist == "fixed":
         out: dict[str, Any] = {
             "dist": "fixed",
-            "value": col.number_input(f"{label} tokens", 1, 2_000_000, int(own.get("value", centre)), key=k + "value"),
+            "value": col.number_input(f"{label} tokens", *knobs.TOKENS, int(own.get("value", centre)), key=k + "value"),
         }
     elif dist == "uniform":
         a, b = col.columns(2)
         out = {
             "dist": "uniform",
-            "low": a.number_input(f"{label} low", 1, 2_000_000, int(own.get("low", centre // 2)), key=k + "low"),
+            "low": a.number_input(f"{label} low", *knobs.TOKENS, int(own.get("low", centre // 2)), key=k + "low"),
             "high": b.number_input(
-                f"{label} high", 1, 2_000_000, int(own.get("high", centre * 3 // 2)), key=k + "high"
+                f"{label} high", *knobs.TOKENS, int(own.get("high", centre * 3 // 2)), key=k + "high"
             ),
         }
     else:
@@ -134,9 +136,16 @@ def _length_knob(col: Any, study: Study, label: str, path: str, start: dict[str,
         out = {
             "dist": "lognormal",
             "median": a.number_input(
-                f"{label} median", 1.0, 2e6, float(own.get("median", centre)), 1.0, format="%.0f", key=k + "median"
+                f"{label} median",
+                *map(float, knobs.TOKENS),
+                float(own.get("median", centre)),
+                1.0,
+                format="%.0f",
+                key=k + "median",
             ),
-            "sigma": b.number_input(f"{label} sigma", 0.0, 3.0, float(own.get("sigma", 0.5)), 0.05, key=k + "sigma"),
+            "sigma": b.number_input(
+                f"{label} sigma", *knobs.SIGMA, float(own.get("sigma", 0.5)), 0.05, key=k + "sigma"
+            ),
         }
     if "max" in own:
         out["max"] = own["max"]
@@ -167,7 +176,7 @@ def pricing_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
     return {"profile": picked}
 
 
-def traffic_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
+def traffic_knobs(study: Study, start: dict[str, Any], options: Options) -> dict[str, Any]:
     """Load, lengths, prefix sharing, routing, integrity and the SLO, starting at the study's values."""
     chosen: dict[str, Any] = {}
     sb = st.sidebar
@@ -175,10 +184,11 @@ def traffic_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
     sc = study.scenario
     load = knobs.load_path(sc)
     label, _ = knobs.LOAD_LABELS[load]
+    low, high = knobs.RANGES[load]
     if load == "traffic.concurrency":
-        chosen[load] = sb.number_input(label, 1, 4096, start[load], 1, key=knob(study, load))
+        chosen[load] = sb.number_input(label, low, high, start[load], 1, key=knob(study, load))
     else:
-        chosen[load] = sb.number_input(label, 0.01, 10_000.0, float(start[load]), 0.1, key=knob(study, load))
+        chosen[load] = sb.number_input(label, low, high, float(start[load]), 0.1, key=knob(study, load))
     if sc.traffic.trace is None:
         chosen["traffic.prompt_tokens"] = _length_knob(sb, study, "prompt", "traffic.prompt_tokens", start)
         chosen["traffic.output_tokens"] = _length_knob(sb, study, "output", "traffic.output_tokens", start)
@@ -188,15 +198,12 @@ def traffic_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
     if "traffic.shared_prefix_tokens" in start:
         chosen["traffic.shared_prefix_tokens"] = sb.number_input(
             "shared system prompt (tokens)",
-            0,
-            1_000_000,
+            *knobs.RANGES["traffic.shared_prefix_tokens"],
             start["traffic.shared_prefix_tokens"],
             64,
             key=knob(study, "traffic.shared_prefix_tokens"),
         )
-    chosen["routing.policy"] = sb.selectbox(
-        "routing", knobs.ROUTING, knobs.ROUTING.index(start["routing.policy"]), key=knob(study, "routing.policy")
-    )
+    chosen["routing.policy"] = _select(sb, "routing", study, "routing.policy", start, options)
     c1, c2 = sb.columns(2)
     chosen["prefix_cache.enabled"] = c1.checkbox(
         "prefix cache", start["prefix_cache.enabled"], key=knob(study, "prefix_cache.enabled")
@@ -205,10 +212,12 @@ def traffic_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
         "integrity check", start["integrity.enabled"], key=knob(study, "integrity.enabled")
     )
     c3, c4 = sb.columns(2)
-    chosen["slo.ttft_p95_ms"] = c3.number_input(
-        "SLO: TTFT (ms)", 1.0, 1e7, float(start["slo.ttft_p95_ms"]), 100.0, "%.0f", key=knob(study, "slo.ttft_p95_ms")
-    )
-    chosen["slo.tpot_p95_ms"] = c4.number_input(
-        "SLO: TPOT (ms)", 0.1, 1e5, float(start["slo.tpot_p95_ms"]), 1.0, "%.1f", key=knob(study, "slo.tpot_p95_ms")
-    )
+    for col, (path, label, step, fmt) in zip(
+        (c3, c4),
+        (("slo.ttft_p95_ms", "SLO: TTFT (ms)", 100.0, "%.0f"), ("slo.tpot_p95_ms", "SLO: TPOT (ms)", 1.0, "%.1f")),
+        strict=True,
+    ):
+        chosen[path] = col.number_input(
+            label, *knobs.RANGES[path], float(start[path]), step, fmt, key=knob(study, path)
+        )
     return chosen

@@ -69,11 +69,12 @@ def render(study: Study, overrides: dict[str, Any], opening: dict[str, Any]) -> 
         + ", ".join(f"{k}={v}" for k, v in moved.items())
         + "). Press **Run simulation** for theirs."
     )
-    show(study, last)
+    show(study, last, stale=True)
 
 
-def show(study: Study, run: Run) -> None:
-    """A run's headline numbers, notices, charts and downloads."""
+def show(study: Study, run: Run, stale: bool = False) -> None:
+    """A run's headline numbers, notices and downloads (a stale run's labelled as the last run's), and its charts
+    on demand."""
     r = run.result
     m = r["metrics"]
     st.info(provenance_line(r))
@@ -100,7 +101,7 @@ def show(study: Study, run: Run) -> None:
         ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
         ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
         ("SLO attainment", num(m["slo_attainment"], "%")),
-        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$/M tok")),
+        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$")),
         ("KV occupancy max", num(m["kv_occupancy"]["max"], "%")),
         ("max running (decode instance)", num(m["max_running"], "requests")),
     ]
@@ -112,6 +113,43 @@ def show(study: Study, run: Run) -> None:
         f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "
         f"simulated time on {m['gpus']:,} GPUs · {tag}"
     )
+    c1, c2, c3, c4 = st.columns(4)
+    if c1.button("Pin for Compare", key="pin"):
+        st.session_state["pinned"] = run
+        st.toast("pinned: change knobs, run, and open Compare")
+    # A stale run's files are that run's, not the moved knobs': their names say so.
+    whose = "last run's " if stale else ""
+    c2.download_button(
+        f"{whose}scenario (YAML)",
+        scenario_io.scenario_yaml(study, run.overrides),
+        file_name="last-run-scenario.yaml" if stale else "scenario.yaml",
+        mime="application/x-yaml",
+        key="dl-yaml",
+    )
+    c3.download_button(
+        f"{whose}result (JSON)",
+        scenario_io.result_json(r),
+        file_name="last-run-result.json" if stale else "result.json",
+        mime="application/json",
+        key="dl-json",
+    )
+    c4.download_button(
+        f"{whose}result (CSV)",
+        scenario_io.results_csv([(run.overrides, r)]),
+        file_name="last-run-result.csv" if stale else "result.csv",
+        mime="text/csv",
+        key="dl-csv",
+    )
+    # Charts cost the browser seconds to draw: each group only when asked for (a toggle, not an expander or
+    # tabs, whose contents Streamlit sends and draws whether shown or not).
+    if st.toggle("charts: TTFT and TPOT distributions, KV occupancy and queue over time", key="charts:series"):
+        _series(run)
+    if st.toggle(f"charts: where a step's time goes ({tag})", key="charts:anatomy"):
+        _anatomy(r)
+
+
+def _series(run: Run) -> None:
+    m = run.result["metrics"]
     a, b = st.columns(2)
     if run.ttft_ms.size:
         a.altair_chart(charts.histogram(run.ttft_ms, "TTFT (ms)"))
@@ -119,7 +157,9 @@ def show(study: Study, run: Run) -> None:
         b.altair_chart(charts.histogram(run.tpot_ms, "TPOT (ms per output token)"))
     a.altair_chart(charts.over_time(m["kv_occupancy"]["series"], "decode KV pages in use", percent=True))
     b.altair_chart(charts.over_time(run.waiting, "requests waiting for their first token"))
-    st.markdown(f"**Where a step's time goes** ({tag})")
+
+
+def _anatomy(r: dict[str, Any]) -> None:
     cols = st.columns(2)
     i = 0
     for pool, entry in r["step_anatomy"].items():
@@ -131,24 +171,3 @@ def show(study: Study, run: Run) -> None:
                 )
                 cols[i % 2].altair_chart(charts.step_time(step["by_family"]))
                 i += 1
-    c1, c2, c3, c4 = st.columns(4)
-    if c1.button("Pin for Compare", key="pin"):
-        st.session_state["pinned"] = run
-        st.toast("pinned: change knobs, run, and open Compare")
-    c2.download_button(
-        "scenario (YAML)",
-        scenario_io.scenario_yaml(study, run.overrides),
-        file_name="scenario.yaml",
-        mime="application/x-yaml",
-        key="dl-yaml",
-    )
-    c3.download_button(
-        "result (JSON)", scenario_io.result_json(r), file_name="result.json", mime="application/json", key="dl-json"
-    )
-    c4.download_button(
-        "result (CSV)",
-        scenario_io.results_csv([(run.overrides, r)]),
-        file_name="result.csv",
-        mime="text/csv",
-        key="dl-csv",
-    )
