@@ -37,7 +37,8 @@ def test_every_engine_preset_is_valid_and_sources_each_term() -> None:
     for name in names:
         spec = EngineSpec(**presets.engine(name))
         assert spec.name == name
-        assert set(spec.sources) == set(EngineSpec.TERMS), name  # every value says where it comes from
+        # every value says where it comes from
+        assert set(spec.sources) == {*EngineSpec.TERMS, "prefill_a2a_node_dedup"}, name
 
 
 def test_a_scenario_runs_on_sglang_unless_it_names_another_engine_and_a_pool_still_overrides() -> None:
@@ -171,3 +172,19 @@ def test_int4_prefill_is_slower_than_fp8_prefill_on_glm() -> None:
         sc = _load(glm, f"deployment.prefill.weights={w}", "sweep={}", "focus={}")
         t[w] = _cost(sc, "prefill").step_s(0, 0, 0, [(8192, 0)])
     assert t["int4"] > t["fp8"]
+
+
+def test_a_prefill_pool_sends_a_token_once_per_node_under_sglang() -> None:
+    """DeepEP's normal mode: a token's 8 experts over 4 nodes reach 1 − (3/4)^8 = 0.90 of the nodes, 0.45 of
+    the 2 cross-node pairs' worth a pair-by-pair dispatch sends; decode (low-latency mode) sends every pair."""
+    from simulator.pricing.ops import node_dedup_share
+
+    assert node_dedup_share(4, 8) == pytest.approx((1 - 0.75**8) / 2)
+    assert node_dedup_share(1, 8) == 1.0
+    sc = _load(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml", "sweep={}", "focus={}")
+    assert sc.deployment.prefill.a2a_node_dedup and not sc.deployment.decode.a2a_node_dedup
+    shape = {"bytes": 1e9, "ranks": 32, "nodes": 4}
+    hw = sc.hardware
+    per_pair = roofline.op_us("alltoall", {**shape, "remote": 1.0}, hw)
+    per_node = roofline.op_us("alltoall", {**shape, "remote": node_dedup_share(4, 8)}, hw)
+    assert per_node < per_pair

@@ -36,6 +36,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "overlap_with_speculation": False,
     "mixed_chunked_prefill": True,
     "tbo_hidden_share": 1.0,
+    "a2a_node_dedup": False,
 }
 
 
@@ -159,6 +160,11 @@ class Pool(Strict):
     )
     tbo_hidden_share: float = Field(
         1.0, ge=0, le=1, description="Share of the all-to-alls two-batch overlap hides (1: the perfect bound)."
+    )
+    a2a_node_dedup: bool = Field(
+        False,
+        description="MoE dispatch sends a token once per node and forwards it over NVLink (DeepEP's normal mode); "
+        "off: once per expert rank (low-latency mode).",
     )
 
     @model_validator(mode="after")
@@ -423,10 +429,12 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _engine_terms(self) -> Scenario:
         """Each pool takes the engine's value of every term it does not set itself (a pool still overrides)."""
-        for pool in self.deployment.pools().values():
+        for name, pool in self.deployment.pools().items():
             for term in EngineSpec.TERMS:
                 if term not in pool.model_fields_set:
                     object.__setattr__(pool, term, getattr(self.engine, term))
+            if name == "prefill" and "a2a_node_dedup" not in pool.model_fields_set:
+                object.__setattr__(pool, "a2a_node_dedup", self.engine.prefill_a2a_node_dedup)
         return self
 
     @model_validator(mode="after")

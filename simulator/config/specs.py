@@ -191,6 +191,9 @@ class EngineSpec(Strict):
     tbo_hidden_share: float = Field(
         1.0, ge=0, le=1, description="Share of the all-to-alls two-batch overlap hides (1: the perfect bound)."
     )
+    prefill_a2a_node_dedup: bool = Field(
+        False, description="A prefill pool's MoE dispatch sends a token once per node (DeepEP normal mode)."
+    )
 
     TERMS: ClassVar[tuple[str, ...]] = (
         "decode_graph_floor_us",

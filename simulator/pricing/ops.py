@@ -77,7 +77,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "elementwise": ("bytes",),
     "allreduce": ("bytes", "ranks"),
     "allgather": ("bytes", "ranks"),
-    "alltoall": ("bytes", "ranks", "nodes"),  # MoE dispatch or combine: bytes the busiest EP rank receives
+    # MoE dispatch or combine: bytes the busiest EP rank receives; `remote` the share of its cross-node bytes that
+    # cross (1: every token-expert pair; below: a token sent once per node and forwarded over NVLink)
+    "alltoall": ("bytes", "ranks", "nodes", "remote"),
 }
 _KEYS = {f: frozenset(keys) for f, keys in FAMILIES.items()}
 # One GPU cannot time collectives: the roofline prices them, or a third party's measured table.
@@ -547,8 +549,9 @@ def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
         local = _round_up_from_one(expected_experts(slots, moe.top_k, m_all) / pool.ep)
     inter = _div(moe.intermediate, pool.tp // pool.ep)
     if pool.dp > 1:  # tokens travel to their experts' ranks and back
-        b.add("alltoall", layers, bytes=pairs * dispatch_bytes(hd), ranks=pool.ep, nodes=pool.nodes)
-        b.add("alltoall", layers, bytes=pairs * hd * 2, ranks=pool.ep, nodes=pool.nodes)
+        remote = node_dedup_share(pool.nodes, moe.top_k) if pool.a2a_node_dedup else 1.0
+        b.add("alltoall", layers, bytes=pairs * dispatch_bytes(hd), ranks=pool.ep, nodes=pool.nodes, remote=remote)
+        b.add("alltoall", layers, bytes=pairs * hd * 2, ranks=pool.ep, nodes=pool.nodes, remote=remote)
     b.elementwise(pairs * 4 * 2, layers)  # moe_align: sort token-expert pairs by expert, pad to tiles
     b.moe(pairs, local, 2 * inter, hd, layers, m)
     b.elementwise(pairs * 3 * inter * 2 + b.quant_bytes(pairs, inter, "routed_experts"), layers)
@@ -591,6 +594,15 @@ def _shared(b: _Builder, m: Any, layers: int) -> None:
     b.gemm("shared_experts", m, 2 * inter_s, hd, layers, fused_quant=True)
     b.elementwise(m * 3 * inter_s * 2 + b.quant_bytes(m, inter_s, "shared_experts"), layers)
     b.gemm("shared_experts", m, hd, inter_s, layers, fused_quant=True)
+
+
+def node_dedup_share(nodes: int, top_k: int) -> float:
+    """The share of a token's cross-node expert pairs that cross when it is sent once per node and forwarded to
+    its experts there over NVLink (DeepEP's normal mode): with its top_k experts spread uniformly over `nodes`,
+    it reaches 1 − (1 − 1/N)^k of the nodes, not k pairs' worth (N = 4, k = 8: 0.45)."""
+    if nodes <= 1:
+        return 1.0
+    return min(1.0, (1 - (1 - 1 / nodes) ** top_k) / (top_k / nodes))
 
 
 def dispatch_bytes(hidden: int) -> int:

@@ -365,7 +365,7 @@ def alltoall_split(s: Mapping[str, Any]) -> tuple[Any, Any]:
     """Bytes of an all-to-all that the busiest rank moves over NVLink (peers in its node) and over the scale-out
     network (peers in other nodes), with destinations spread evenly over the `ranks` (its own share stays)."""
     ranks, per_node = s["ranks"], s["ranks"] // s["nodes"]
-    return s["bytes"] * (per_node - 1) / ranks, s["bytes"] * (ranks - per_node) / ranks
+    return s["bytes"] * (per_node - 1) / ranks, s["bytes"] * (ranks - per_node) / ranks * s.get("remote", 1.0)
 
 
 def alltoall_transfer_us(s: Mapping[str, Any], hw: HardwareSpec, nvlink_eff: float, rdma_eff: float) -> Any:
