@@ -161,3 +161,14 @@ def test_sigterm_to_a_parallel_sweep(tmp_path) -> None:
         assert _group_alive(p.pid) == [], delay
         assert snapshot(tmp_path / "o") in (want_old, want_new), delay
         assert "Traceback" not in err and (p.returncode == 0 or err.strip() == "error: terminated (SIGTERM)"), err
+
+
+@pytest.mark.skipif(not PHASEPLAN.exists(), reason="needs the console script")
+def test_sigterm_while_the_cli_is_still_importing_is_answered() -> None:
+    """A SIGTERM in the first instant (the CLI's imports take ~1 s on a busy machine) is the usual one line and
+    exit 143, not a silent death by the default action."""
+    p = subprocess.Popen([str(PHASEPLAN), "presets"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=30)[1].decode()
+    assert (p.returncode, err.strip()) in ((143, "error: terminated (SIGTERM)"), (0, "")), (p.returncode, err)
