@@ -58,14 +58,18 @@ def load_path(sc: Scenario) -> str:
     return "traffic.rate" if t.rate is not None else "traffic.trace_speedup"
 
 
+PRESET_KINDS = {"model": "models", "hardware": "hardware", "engine": "engines"}  # a scenario field's preset folder
+
+
 def preset_choice(raw: dict[str, Any], key: str) -> str:
-    """The preset a study names for `model`/`hardware`; an inline spec shows as 'inline: NAME'."""
-    value = raw.get(key, "h200" if key == "hardware" else None)
+    """The preset a study names for `model`/`hardware`/`engine` (or runs on when it names none); an inline spec
+    shows as 'inline: NAME'."""
+    value = raw.get(key, loader.PRESET_DEFAULTS.get(key))
     return value if isinstance(value, str) else f"inline: {value.get('name', key)}"
 
 
 def preset_options(raw: dict[str, Any], key: str) -> list[str]:
-    names = presets.names("models" if key == "model" else "hardware")
+    names = presets.names(PRESET_KINDS[key])
     own = preset_choice(raw, key)
     return names if own in names else [own, *names]
 
@@ -99,6 +103,7 @@ def study_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
     out["slo.ttft_p95_ms"] = sc.slo.ttft_p95_ms
     out["slo.tpot_p95_ms"] = sc.slo.tpot_p95_ms
     out["profile"] = sc.profile
+    out["engine"] = preset_choice(raw, "engine")
     return out
 
 
@@ -130,7 +135,7 @@ def select_options(
     sc: Scenario, raw: dict[str, Any], start: dict[str, Any], profiles: list[str]
 ) -> dict[str, list[Any]]:
     """Every select knob's choices as the sidebar offers them, by path; `profiles` the pricing choices."""
-    out: dict[str, list[Any]] = {key: preset_options(raw, key) for key in ("model", "hardware")}
+    out: dict[str, list[Any]] = {key: preset_options(raw, key) for key in PRESET_KINDS}
     for name in sc.deployment.pools():
         p = f"deployment.{name}."
         for field, options in (

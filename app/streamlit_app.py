@@ -22,7 +22,7 @@ start = knobs.start_values(study.scenario, study.raw)  # where the study opens: 
 options = knobs.select_options(study.scenario, study.raw, start, [c.value for c in pricing.choices(study)])
 first = url.knob_start(study, start, options, sidebar.opened_study())  # ?set=PATH=VALUE moves a knob
 deployment = sidebar.deployment_knobs(study, first, options)
-chosen = {**deployment, **sidebar.pricing_knobs(study, first), **sidebar.traffic_knobs(study, first, options)}
+chosen = {**deployment, **sidebar.pricing_knobs(study, first, options), **sidebar.traffic_knobs(study, first, options)}
 url.follow_knobs(study, start, chosen)  # the moved knobs into the URL: a reload opens them again
 fixed = knobs.focus_overrides(study.scenario, base)
 overrides = {**knobs.overrides(base, chosen), **fixed}

@@ -11,7 +11,7 @@ import yaml
 
 from app import compare, gpu_memory, knobs, pricing, runs, scenario_io
 from simulator.capacity import capacity_report
-from simulator.config import loader
+from simulator.config import loader, presets
 from simulator.engine.run import simulate
 from simulator.errors import InputError
 
@@ -242,3 +242,21 @@ def test_moved_knobs_round_trip_through_the_url_and_hostile_items_are_refused() 
     )
     assert values == {} and len(errors) == 7
     assert knobs.from_url(["a=1"] * 65, start, options)[0] == {}
+
+
+def test_the_engine_is_a_knob_like_the_profile() -> None:
+    """The study's own engine is no override; another is `--set engine=NAME`, in the run, the command and the URL."""
+    from app.views.fmt import cli_line
+
+    s = study("kimi-k2.6-kv-formats")
+    base = knobs.study_values(s.scenario, s.raw)
+    assert base["engine"] == s.scenario.engine.name == "sglang-0.5"  # the study names none: the default
+    options = knobs.select_options(s.scenario, s.raw, base, [c.value for c in pricing.choices(s)])
+    assert options["engine"] == presets.names("engines") == ["sglang-0.5", "vllm-0.x"]
+    over = knobs.overrides(base, {**base, "engine": "vllm-0.x"})
+    assert over == {"engine": "vllm-0.x"}
+    assert runs.scenario_for(s, over).engine.name == "vllm-0.x"
+    assert "--set engine=vllm-0.x" in cli_line("run", s.label, runs.capped_sets(s, over), "--json")
+    items = knobs.url_items(base, {**base, "engine": "vllm-0.x"})
+    assert items == ["engine=vllm-0.x"] and knobs.from_url(items, base, options) == ({"engine": "vllm-0.x"}, [])
+    assert knobs.from_url(["engine=trt-llm"], base, options)[1]  # no such preset: refused, in one line

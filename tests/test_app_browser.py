@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 import yaml
@@ -48,7 +48,8 @@ def screenshots(tmp_path: Path) -> Path:
 def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
     need_browser()
     bf16, fp8 = expected(), expected("deployment.decode.kv_cache=fp8_e4m3")
-    fp8_measured = expected("deployment.decode.kv_cache=fp8_e4m3", f"profile={MEASURED}")
+    fp8_vllm = expected("deployment.decode.kv_cache=fp8_e4m3", "engine=vllm-0.x")
+    fp8_measured = expected("deployment.decode.kv_cache=fp8_e4m3", "engine=vllm-0.x", f"profile={MEASURED}")
     kv_tokens = capacity_report(scenario_io.from_path(scenario_io.SCENARIOS / f"{STUDY}.yaml").scenario)
     img = screenshots(tmp_path)
     with served() as url, chromium() as browser:
@@ -97,6 +98,18 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         snapshot(page, img / "app-compare.png")
 
         page.get_by_role("tab", name="What-if").click()
+        band = page.locator("[data-testid=stCaptionContainer]").filter(has_text="validated model error").first
+        assert "on sglang-0.5" in band.inner_text()  # the study's engine, and its error beside the headline
+        choose(page, "-engine", "vllm-0.x")
+        page.locator("pre.phaseplan-command").filter(has_text="--set engine=vllm-0.x").first.wait_for()
+        page.locator(".st-key-run button").click()
+        vllm = num(fp8_vllm["output_tokens_per_s"], "tok/s")
+        assert vllm != num(fp8["output_tokens_per_s"], "tok/s")  # the engine moves the headline
+        metric(page, "output throughput", vllm)
+        band.filter(has_text="on vllm-0.x").wait_for()
+        assert f"output throughput {fp8_vllm['output_tokens_per_s']:,.4g} tok/s" in band.inner_text()
+        assert "engine=vllm-0.x" in parse_qs(urlparse(page.url).query)["set"]  # a reload opens the same engine
+
         labels = {
             c.value: c.label for c in pricing.choices(scenario_io.from_path(scenario_io.SCENARIOS / f"{STUDY}.yaml"))
         }

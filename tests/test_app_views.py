@@ -168,3 +168,22 @@ def test_bad_upload_shows_its_line_and_the_next_good_one_works() -> None:
     assert metrics(at)["output throughput"] == num(cli("kimi-k2.6-decode")["metrics"]["output_tokens_per_s"], "tok/s")
     open_view(at, "Capacity")
     assert metrics(at)["KV tokens per instance"] == "1,353,134"
+
+
+def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
+    name = "kimi-k2.6-kv-formats"
+    at = page(name, "What-if")
+    engine = at.selectbox(key=key(name, "engine"))
+    assert engine.value == "sglang-0.5" and engine.options == ["sglang-0.5", "vllm-0.x"]
+    assert not any("--set engine=" in h.proto.body for h in at.get("html"))  # the study's own: no override
+    engine.set_value("vllm-0.x").run()
+    assert any("--set engine=vllm-0.x" in h.proto.body for h in at.get("html"))
+    at.button(key="run").click().run()
+    assert not at.exception
+    latest = at.session_state["latest"]
+    assert latest.overrides["engine"] == "vllm-0.x" and latest.result["provenance"]["engine"] == "vllm-0.x"
+    m = cli(name, "traffic.concurrency=64", "engine=vllm-0.x")["metrics"]
+    assert metrics(at)["output throughput"] == num(m["output_tokens_per_s"], "tok/s")
+    band = next(c.value for c in at.caption if c.value.startswith("output throughput"))
+    assert "validated model error" in band and "on vllm-0.x" in band
+    assert any(c.value.startswith("TPOT p95") and "on vllm-0.x" in c.value for c in at.caption)

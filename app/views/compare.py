@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import streamlit as st
 
@@ -12,6 +12,7 @@ from app.scenario_io import Study
 from app.views import charts
 from app.views.fmt import num, signed, source_tag
 from app.views.whatif import run_cache
+from simulator.config import presets
 from simulator.config.scenario import SLO
 from simulator.errors import InputError
 
@@ -66,19 +67,41 @@ def _side_by_side(a: Run, b: Run) -> None:
     st.caption(f"A: {source_tag(a.result)} · B: {source_tag(b.result)}")
 
 
-def _profile(study: Study, run: Run) -> str:
-    return run.overrides.get("profile", study.scenario.profile)
+def _pricing(study: Study, run: Run) -> tuple[str, str]:
+    """What priced a run: its profile and its engine preset."""
+    return run.overrides.get("profile", study.scenario.profile), run.overrides.get("engine", study.scenario.engine.name)
+
+
+class Alternative(NamedTuple):
+    """Another pricing of A and B: the override that makes it, how the notice names it and the run's own, and its
+    table column."""
+
+    override: dict[str, str]
+    label: str
+    instead_of: str
+    column: str
+
+
+def _alternatives(study: Study, profile: str, engine: str) -> list[Alternative]:
+    """Every other profile of the hardware on the same engine, and every other engine preset on the same profile."""
+    labels = {c.value: c.label for c in pricing.choices(study)}
+    own = labels.get(profile, profile)
+    out = [Alternative({"profile": v}, label, own, v.rsplit("/", 1)[-1]) for v, label in labels.items() if v != profile]
+    return out + [
+        Alternative({"engine": e}, f"the engine {e}", f"the engine {engine}", e)
+        for e in presets.names("engines")
+        if e != engine
+    ]
 
 
 def _other_pricing(study: Study, a: Run, b: Run) -> None:
-    """A and B priced by every other profile of the hardware, in the background; a notice where that reverses
-    a headline figure of the comparison above, with both."""
-    own = _profile(study, a)
-    if a.study != study.label or _profile(study, b) != own:
+    """A and B priced by every other profile of the hardware and on every other engine, in the background; a
+    notice where that reverses a headline figure of the comparison above, with both."""
+    own = _pricing(study, a)
+    if a.study != study.label or _pricing(study, b) != own:
         return  # A and B priced differently already, or from another study: no like-for-like re-pricing
-    labels = {c.value: c.label for c in pricing.choices(study)}
-    others = [v for v in labels if v != own]
-    pairs = [[{**r.overrides, "profile": v} for r in (a, b)] for v in others]
+    others = _alternatives(study, *own)
+    pairs = [[{**r.overrides, **alt.override} for r in (a, b)] for alt in others]
     found = [[runs.lookup(study, o, run_cache())[1] for o in pair] for pair in pairs]
     todo = [o for pair, got in zip(pairs, found, strict=True) for o, r in zip(pair, got, strict=True) if r is None]
     job: runs.Batch | None = st.session_state.get("pricing-job")
@@ -88,16 +111,14 @@ def _other_pricing(study: Study, a: Run, b: Run) -> None:
         _pricing_progress(job)
         return
     mine = compare.deltas(a.result, b.result)
-    for value, (a2, b2) in zip(others, found, strict=True):
+    for alt, (a2, b2) in zip(others, found, strict=True):
         if a2 is None or b2 is None:
             continue
         flips = compare.reversals(mine, compare.deltas(a2.result, b2.result))
         if flips:
             st.warning(
-                f"**The pricing decides this comparison.** Priced by {labels[value]} instead of "
-                f"{labels.get(own, own)}, B is the other way round on "
-                + ", ".join(d.label for d, _ in flips)
-                + ". Both:"
+                f"**The pricing decides this comparison.** Priced by {alt.label} instead of {alt.instead_of}, B is "
+                "the other way round on " + ", ".join(d.label for d, _ in flips) + ". Both:"
             )
             st.table(
                 [
@@ -106,7 +127,7 @@ def _other_pricing(study: Study, a: Run, b: Run) -> None:
                         "this pricing: A": num(d.a, d.unit),
                         "B": num(d.b, d.unit),
                         "": "better" if d.better else "worse",
-                        f"{value.rsplit('/', 1)[-1]}: A": num(o.a, o.unit),
+                        f"{alt.column}: A": num(o.a, o.unit),
                         "B ": num(o.b, o.unit),
                         " ": "better" if o.better else "worse",
                     }
@@ -119,7 +140,8 @@ def _other_pricing(study: Study, a: Run, b: Run) -> None:
 @st.fragment(run_every=1.0)
 def _pricing_progress(job: runs.Batch) -> None:
     if job.running:
-        st.progress(job.done / job.total, text="pricing A and B by the other profiles (in the background)…")
+        text = "pricing A and B by the other profiles and engines (in the background)…"
+        st.progress(job.done / job.total, text=text)
     else:
         st.rerun()
 

@@ -156,14 +156,15 @@ def _length_knob(col: Any, study: Study, label: str, path: str, start: dict[str,
         return own
 
 
-def pricing_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
-    """What prices every simulated number: the profile (roofline, or a bundled profile of the hardware)."""
+def pricing_knobs(study: Study, start: dict[str, Any], options: Options) -> dict[str, Any]:
+    """What prices every simulated number: the profile (roofline, or a bundled profile of the hardware) and the
+    engine preset (its step loop's CPU work, graph floors, overlap), either of which can turn a comparison."""
     sb = st.sidebar
     sb.header("pricing")
-    options = pricing.choices(study)
-    labels = {c.value: c.label for c in options}
+    profiles = pricing.choices(study)
+    labels = {c.value: c.label for c in profiles}
     values = list(labels)
-    own = values.index(start["profile"]) if start["profile"] in labels else pricing.study_choice(study, options)
+    own = values.index(start["profile"]) if start["profile"] in labels else pricing.study_choice(study, profiles)
     picked = sb.selectbox(
         "profile",
         values,
@@ -173,7 +174,15 @@ def pricing_knobs(study: Study, start: dict[str, Any]) -> dict[str, Any]:
         help="roofline: step times from the hardware preset's peak rates; a profile file: kernel times measured "
         "(or modeled) on that GPU. The same comparison can come out differently: Compare says when it does.",
     )
-    return {"profile": picked}
+    engine = sb.selectbox(
+        "engine",
+        options["engine"],
+        options["engine"].index(start["engine"]),
+        key=knob(study, "engine"),
+        help="The serving engine's preset (phaseplan presets): what it does around the kernels. Each has its own "
+        "validated error band, shown under What-if's headline.",
+    )
+    return {"profile": picked, "engine": engine}
 
 
 def traffic_knobs(study: Study, start: dict[str, Any], options: Options) -> dict[str, Any]:

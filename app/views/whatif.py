@@ -15,6 +15,7 @@ from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok
 from simulator.results.report import provenance_line
+from simulator.validation import bands
 
 
 @st.cache_resource(show_spinner=False)
@@ -87,17 +88,12 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
     sc = r["scenario"]
     cost = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
     if generating(m):
-        speed = [
-            ("output throughput", num(m["output_tokens_per_s"], "tok/s")),
-            ("per GPU", num(m["output_tokens_per_s_per_gpu"], "tok/s")),
-        ]
+        what, tok_s, per_gpu = "output throughput", m["output_tokens_per_s"], m["output_tokens_per_s_per_gpu"]
     else:  # a prefill study: its requests answer one token, so what it serves is input
-        speed = [
-            ("input throughput", num(m["input_tokens_per_s"], "tok/s")),
-            ("per GPU", num(m["input_tokens_per_s"] / m["gpus"], "tok/s")),
-        ]
+        what, tok_s, per_gpu = "input throughput", m["input_tokens_per_s"], m["input_tokens_per_s"] / m["gpus"]
     cells = [
-        *speed,
+        (what, num(tok_s, "tok/s")),
+        ("per GPU", num(per_gpu, "tok/s")),
         ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
         ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
         ("SLO attainment", num(m["slo_attainment"], "%")),
@@ -108,6 +104,8 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
     cols = st.columns(4)
     for i, (label, value) in enumerate(cells):
         cols[i % 4].metric(label, value, help=tag)
+    for band in _bands(r, what, tok_s):
+        st.caption(band)
     st.caption(
         f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
         f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "
@@ -146,6 +144,17 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         _series(run)
     if st.toggle(f"charts: where a step's time goes ({tag})", key="charts:anatomy"):
         _anatomy(r)
+
+
+def _bands(r: dict[str, Any], what: str, tok_s: float) -> list[str]:
+    """The validated error band of the headline throughput and TPOT p95 on the run's engine (as `phaseplan run`
+    prints them): how far the model was from published measurements, so a number is read with its error."""
+    engine, tpot = r["provenance"].get("engine", ""), r["metrics"]["tpot_ms"]["p95"]
+    found = [
+        bands.line(engine, "throughput", what, tok_s, "tok/s"),
+        bands.line(engine, "latency", "TPOT p95", tpot, "ms") if tpot else None,
+    ]
+    return [b for b in found if b]
 
 
 def _series(run: Run) -> None:
