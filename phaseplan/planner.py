@@ -164,24 +164,14 @@ def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
 
 def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
     """The validated error band of the limit the plan's winner binds on (its latency with the least headroom)."""
+    from simulator.planning.slo import SLO
     from simulator.validation import bands
 
     w = res.get("winner")
-    if not w:
-        return
-    m = w["metrics"]
-    ttft, tpot = m["ttft_ms"]["p95"], m["tpot_ms"]["p95"]
-    shares = [
-        (v / lim, name, v)
-        for name, v, lim in (
-            ("TTFT p95", ttft, res["question"]["slo"]["ttft_p95_ms"]),
-            ("TPOT p95", tpot, res["question"]["slo"]["tpot_p95_ms"]),
-        )
-        if v is not None
-    ]
-    if shares:
-        _, name, v = max(shares)
-        band = bands.line(sc.engine.name, "latency", f"the winner's {name}", v, "ms")
+    tight = SLO(**res["question"]["slo"]).tightest(w["metrics"]) if w else None
+    if tight is not None:
+        _, name, v, _ = tight
+        band = bands.line(sc.engine.name, "latency", f"the winner's {name} p95", v, "ms")
         if band:
             Folding(console).print(band)
 

@@ -68,11 +68,16 @@ class HostTime:
         self.overlap = pool.overlap_scheduler and (pool.speculative is None or pool.overlap_with_speculation)
 
     def step(self, gpu_s: float) -> float:
+        """One step's seconds (exactly `gpu_s` without CPU work)."""
         return max(gpu_s, self.s) if self.overlap else gpu_s + self.s
 
-    def ends(self, clock: float, gpu_us: np.ndarray) -> list[float]:
-        """End times of steps of `gpu_us` microseconds from `clock`, added one at a time (as a run of one does)."""
+    def ends(self, clock: float, gpu_us: np.ndarray, gpu_ends: list[float] | None = None) -> list[float]:
+        """End times of steps of `gpu_us` microseconds from `clock`, added one at a time (as a run of one does).
+        `gpu_ends`: the steps' end times without CPU work, returned as they are where it changes no step (the
+        same sums in the same order), so a run the GPU sets costs no second pass."""
         gpu = gpu_us * 1e-6
+        if gpu_ends is not None and (not self.s or (self.overlap and gpu.min() >= self.s)):
+            return gpu_ends
         d = np.maximum(gpu, self.s) if self.overlap else gpu + self.s
         return np.add.accumulate(np.concatenate(([clock], d)))[1:].tolist()
 
@@ -108,15 +113,13 @@ class CostTimer:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
             t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
-            return [clock + (host.step(t) if host.s else t)], None
+            return [clock + host.step(t)], None
         growth = inst.ranks[0].sched.growth(plan, n)
         if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
             priced = cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
-            if host.s:
-                return host.ends(clock, priced.us), priced
-            return np.add.accumulate(np.concatenate(([clock], priced.us * 1e-6)))[1:].tolist(), priced
+            return host.ends(clock, priced.us), priced
         priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
-        return (host.ends(clock, priced.us) if host.s else ends), priced
+        return host.ends(clock, priced.us, ends), priced
 
 
 def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int, host: HostTime) -> Timed:
@@ -139,7 +142,7 @@ def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int, host: Hos
                     )
                 )
         t = pricer.step_s(steps)
-        return [inst.clock + (host.step(t) if host.s else t)], None
+        return [inst.clock + host.step(t)], None
     runs = []
     for r, p in ranks:
         if p.decode:
@@ -148,4 +151,4 @@ def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int, host: Hos
             ctx = p.ctx[:n] if p.ctx is not None else p.ctx0 + b * np.arange(1, n + 1, dtype=np.int64)
             runs.append((b, ctx, p.pages0 + growth))
     priced, ends = pricer.decode_run(runs, inst.clock)
-    return (host.ends(inst.clock, priced.us) if host.s else ends), priced
+    return host.ends(inst.clock, priced.us, ends), priced

@@ -112,17 +112,23 @@ class SLO:
             return f"{MISSES_ATTAINMENT}: {att:.1%} < {self.attainment:.1%} of requests within both limits"
         return None
 
-    def binding(self, m: dict[str, Any]) -> str | None:
-        """The limit with the least headroom in a run that meets the SLO (the one a higher load breaks first):
-        `TPOT p95 50.7 ms of 60 ms (85% of the limit)`; None without figures."""
+    def tightest(self, m: dict[str, Any]) -> tuple[float, str, float, float] | None:
+        """The limit with the least headroom in a run (the one a higher load breaks first): its share of the
+        limit, its name (TTFT or TPOT), the p95 and the limit; None without figures."""
         shares = []
         for name, key, limit in (("TTFT", "ttft_ms", self.ttft_p95_ms), ("TPOT", "tpot_ms", self.tpot_p95_ms)):
             v = m[key]["p95"]
             if v is not None:
                 shares.append((v / limit, name, v, limit))
-        if not shares:
+        return max(shares) if shares else None
+
+    def binding(self, m: dict[str, Any]) -> str | None:
+        """The tightest limit of a run that meets the SLO, as the plan prints it:
+        `TPOT p95 50.7 ms of 60 ms (85% of the limit)`; None without figures."""
+        t = self.tightest(m)
+        if t is None:
             return None
-        share, name, v, limit = max(shares)
+        share, name, v, limit = t
         return f"{name} p95 {v:,.1f} ms of {limit:,g} ms ({share:.0%} of the limit)"
 
     def meets(self, m: dict[str, Any]) -> bool:

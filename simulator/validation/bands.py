@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import statistics
 from functools import cache
-from pathlib import Path
 from typing import Any, Literal
 
-SUITE = Path(__file__).resolve().parents[2] / "validation"
+from simulator.validation.suite import SUITE
+
 BANDS = SUITE / "bands.json"
 Kind = Literal["throughput", "latency"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 from simulator.config import loader, safe_yaml
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
 
 Engine = Literal["sglang-0.5", "vllm-0.x"]
@@ -39,10 +39,6 @@ KIND_METRICS = {
     "serve": ("output_tok_s", "total_tok_s", "mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms", "duration_s"),
     "ratio": ("ratio",),
 }
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DecodeBatch(Strict):

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 from scipy.optimize import least_squares
 
 from simulator.config import loader, paths, safe_yaml
+from simulator.config.scenario import Strict
 from simulator.errors import InputError
 from simulator.validation.case import Engine
 
@@ -33,10 +34,8 @@ ITERATIONS = 6  # Gauss-Newton steps at most; each evaluates every case 1 + len(
 TOLERANCE = 1e-9  # a step smaller than this share of a parameter's range ends the fit
 
 
-class Parameter(BaseModel):
+class Parameter(Strict):
     """One fitted parameter, as fit.yaml declares it."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     path: str = Field(description="Dotted scenario path set on every case of `engines`.")
     engines: list[Engine] = Field(min_length=1)
@@ -54,9 +53,7 @@ class Parameter(BaseModel):
         return self
 
 
-class FitFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class FitFile(Strict):
     parameters: list[Parameter] = []
 
 
