@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Column, Table
 
-from phaseplan import planner
+from phaseplan import calibrate, planner
 from phaseplan.calibration import profile_fit, profile_import
 from simulator.config import loader
 from simulator.console import PlainConsole
@@ -662,6 +662,7 @@ def one_line(text: str) -> str:
 
 
 planner.register(cli, scenario_arg, json_option, set_option, work_options, console, dump)
+calibrate.register(cli, set_option, json_option, console, dump)
 
 
 @cli.command("app")

@@ -91,28 +91,49 @@ class Fitted:
 Target = tuple[str, float, Callable[[dict[str, Any]], float]]
 
 
-def fit(targets: Sequence[Target], params: Sequence[Parameter]) -> Fitted:
-    """Fit `params` to the targets (linearised Gauss-Newton, bounded); leave-one-out on the last linearisation."""
+def fit(
+    targets: Sequence[Target],
+    params: Sequence[Parameter],
+    prior: float = 0.0,
+    groups: Sequence[int] | None = None,
+) -> Fitted:
+    """Fit `params` to the targets (linearised Gauss-Newton, bounded); leave-one-out on the last linearisation.
+
+    `prior` > 0 regularises toward the start values: each parameter adds the residual
+    prior · (value − start) / (high − low), so a parameter moves only as far as the targets' log errors pay for
+    (a whole range costs as much as one target `prior` off in log). `groups`: targets with the same number are
+    left out together (one benchmark run's figures); default: each alone."""
     if not params:
         predicted = [f({}) for _, _, f in targets]
         return Fitted({}, predicted, predicted)
     published = np.array([pub for _, pub, _ in targets])
-    low, high = np.array([p.low for p in params]), np.array([p.high for p in params])
-    x = np.array([p.start for p in params])
+    start = np.array([p.start for p in params])
+    box = _Box(np.array([p.low for p in params]), np.array([p.high for p in params]), start, prior)
+    x = start.copy()
     for _ in range(ITERATIONS):
         r, jac = _linearise(targets, params, x, published)
-        dx = _solve(r, jac, x, low, high, np.ones(len(r), dtype=bool))
-        x = np.clip(x + dx, low, high)
-        if np.all(np.abs(dx) <= TOLERANCE * (high - low)):
+        dx = _solve(r, jac, x, box, np.ones(len(r), dtype=bool))
+        x = np.clip(x + dx, box.low, box.high)
+        if np.all(np.abs(dx) <= TOLERANCE * (box.high - box.low)):
             break
     r, jac = _linearise(targets, params, x, published)
     predicted = [f(_overrides(engine, params, x)) for engine, _, f in targets]
+    group = np.array(range(len(targets)) if groups is None else groups)
     loo = []
     for i in range(len(targets)):
-        keep = np.arange(len(targets)) != i
-        dx = _solve(r, jac, x, low, high, keep)
+        dx = _solve(r, jac, x, box, group != group[i])
         loo.append(float(published[i] * math.exp(r[i] + jac[i] @ dx)))
     return Fitted({p.path: float(v) for p, v in zip(params, x, strict=True)}, predicted, loo)
+
+
+@dataclass(frozen=True)
+class _Box:
+    """The parameters' bounds, their start values and the prior's weight toward them."""
+
+    low: np.ndarray
+    high: np.ndarray
+    start: np.ndarray
+    prior: float
 
 
 def _overrides(engine: str, params: Sequence[Parameter], x: np.ndarray) -> dict[str, Any]:
@@ -135,20 +156,24 @@ def _linearise(
     return r, jac
 
 
-def _solve(
-    r: np.ndarray, jac: np.ndarray, x: np.ndarray, low: np.ndarray, high: np.ndarray, rows: np.ndarray
-) -> np.ndarray:
-    """The bounded step Δp minimising Σ over `rows` of (r + J Δp)²; a parameter no kept row moves stays put."""
+def _solve(r: np.ndarray, jac: np.ndarray, x: np.ndarray, box: _Box, rows: np.ndarray) -> np.ndarray:
+    """The bounded step Δp minimising Σ over `rows` of (r + J Δp)² (plus the prior's rows); a parameter no kept
+    row moves stays put."""
     j, res = jac[rows], r[rows]
     used = np.any(j != 0, axis=0)
     dx = np.zeros(len(x))
     if not used.any():
         return dx
+    if box.prior > 0:  # rows prior · (x + Δp − start) / range, one per moving parameter
+        scale = box.prior / (box.high[used] - box.low[used])
+        j = np.vstack([j, np.zeros((int(used.sum()), len(x)))])
+        j[len(res) :, np.flatnonzero(used)] = np.diag(scale)
+        res = np.concatenate([res, scale * (x[used] - box.start[used])])
     sol = least_squares(
         lambda d: res + j[:, used] @ d,
         np.zeros(int(used.sum())),
         jac=lambda d: j[:, used],
-        bounds=(low[used] - x[used], high[used] - x[used]),
+        bounds=(box.low[used] - x[used], box.high[used] - x[used]),
         method="trf",
         xtol=1e-15,
         ftol=1e-15,

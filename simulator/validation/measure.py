@@ -102,6 +102,7 @@ def served(done: list[RequestRecord], metric: str) -> float:
         "mean_tpot_ms": lambda: statistics.fmean(tpots),
         "median_tpot_ms": lambda: statistics.median(tpots),
         "mean_ttft_ms": lambda: statistics.fmean((r.first_token - r.arrival) * 1e3 for r in done),
+        "median_ttft_ms": lambda: statistics.median((r.first_token - r.arrival) * 1e3 for r in done),
         "duration_s": lambda: end - start,
     }
     return float(figures[metric]())
