@@ -297,8 +297,8 @@ def _share(p: Part, model: ModelSpec, pool: Pool) -> float:
     """Fraction of a part's bytes that one GPU of an instance holds. Under DP attention every DP rank holds the
     attention-side parts whole over its attention TP group of tp / dp GPUs (dp = 1: the instance's tp)."""
     tp = pool.tp // pool.dp
-    if p.placement == "tp":
-        return 1 / tp
+    if p.placement == "tp":  # shared experts behind DP attention with MoE TP: split over every GPU (ops.py)
+        return 1 / (pool.tp if p.kind == "shared_experts" and pool.dp > 1 and pool.ep == 1 else tp)
     if p.placement == "replicated":
         return 1.0
     if p.placement == "kv_heads":

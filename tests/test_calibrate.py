@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 from simulator.calibration import bench_files, bench_traffic, engine_fit
 from simulator.calibration.bench_run import BenchRun, Latency, Lengths, Load, StatedConfig
 from simulator.config import loader
 from simulator.engine.run import simulate
 from simulator.errors import InputError
-from tests.cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOYMENT = ROOT / "validation/scenarios/qwen3-8b-h100.yaml"  # one H100, Qwen3-8B: small and fast to simulate

@@ -176,6 +176,14 @@ LAYOUTS = {
         "deployment.decode.two_batch_overlap=true",
         "deployment.decode.redundant_experts=8",
     ),
+    "DP attention with MoE TP (no EP)": _scenario(
+        "deepseek-v3-wide-ep.yaml",
+        "deployment.decode.tp=8",
+        "deployment.decode.nodes=1",
+        "deployment.decode.dp=8",
+        "deployment.decode.ep=1",
+        "deployment.decode.redundant_experts=0",
+    ),
     "several instances on one node, a draft model": _scenario(
         "fleet-disaggregated.yaml",
         "model=llama-3.1-8b",
@@ -215,6 +223,14 @@ def test_generated_commands_use_the_engines_flags_and_values(name: str) -> None:
 
 def _value(c: Command, flag: str) -> str:
     return c.argv[c.argv.index(flag) + 1]
+
+
+def test_dp_attention_without_ep_runs_no_deepep() -> None:
+    """MoE TP behind DP attention: SGLang's dense TP MoE, not DeepEP's all-to-alls (the model prices it so)."""
+    sc = LAYOUTS["DP attention with MoE TP (no EP)"]
+    decode = [c for c in sglang.launch(sc).commands if c.what.startswith("decode")]
+    assert decode and all("--enable-dp-attention" in c.argv for c in decode)
+    assert not any("--moe-a2a-backend" in c.argv or "--ep-size" in c.argv for c in decode)
 
 
 def test_sglang_commands_carry_the_layout() -> None:

@@ -148,7 +148,7 @@ def test_weights_per_rank_under_wide_ep_with_and_without_redundant_experts() -> 
     norms = ((61 * 2 + 1 + 5) * H + (61 + 1) * (1536 + 512)) * 2  # layer, final, MTP and MLA LoRA-rank norms
     # attention TP 1: each rank holds the whole attention side
     assert w0 == pytest.approx(routed + ATTENTION_SIDE + router + norms, rel=1e-12)
-    with pytest.raises(InputError, match=r"deployment\.decode\.ep: DP attention dispatches tokens"):
+    with pytest.raises(InputError, match=r"deployment\.decode\.ep: behind DP attention the experts are spread"):
         scenario(tp=32, dp=32, ep=8, nodes=4)
     with pytest.raises(InputError, match=r"deployment\.decode\.nodes: tp 32 over 2 node\(s\) does not fit 8 GPUs"):
         scenario(tp=32, dp=32, ep=32, nodes=2)
@@ -182,6 +182,30 @@ def test_all_to_all_bytes_per_decode_step() -> None:
     # The busiest rank under imbalance 1.2: round(256 × 8 × 1.2 / 32) = round(76.8) = 77 pairs.
     hot = step_ops(DSV3, pool.model_copy(update={"expert_imbalance": 1.2}), 256, 4096)
     assert {op.params["bytes"] for op in only(hot, "alltoall")} == {77 * 7392, 77 * 14336}
+
+
+def test_moe_tp_behind_dp_attention_gathers_and_reduces_every_row() -> None:
+    """SGLang's --enable-dp-attention without EP (docs.sglang.io dp_dpa_smg_guide: "DPA does not require EP"): each
+    of 8 DP ranks runs attention over its own 64 / 8 = 8 sequences; every MoE layer gathers all 64 rows to every
+    GPU and reduces the TP-split experts' output back, two all-reduce-sized collectives of 64 × 7168 × 2 bytes;
+    the routed experts (each split 8 ways, 2048 / 8 = 256 columns) and the shared expert see all 64 rows; no
+    all-to-all."""
+    pool = Pool(tp=8, dp=8, ep=1, weights="fp8", kv_cache="fp8_e4m3")
+    ops = step_ops(DSV3, pool, 64, 4096)
+    assert not only(ops, "alltoall")
+    moe_ar = [op for op in only(ops, "allreduce") if op.params["bytes"] == 64 * H * 2]
+    assert sum(op.count for op in moe_ar) == 2 * 58 and all(op.params["ranks"] == 8 for op in moe_ar)
+    (attn,) = only(ops, "decode_attention_mla")
+    assert (attn.params["batch"], attn.params["heads"]) == (8, 128)
+    shared = [op for op in only(ops, "gemm") if op.params.get("n") == 2 * 2048 // 8 and op.params.get("m") == 64]
+    assert shared, "the shared expert runs over all 64 gathered rows, split over the 8 GPUs"
+    # memory: the shared expert is split over all 8 GPUs as the routed experts are; wide EP keeps it per rank
+    tp_moe = capacity.weights_bytes_per_gpu(DSV3, pool)
+    wide = capacity.weights_bytes_per_gpu(DSV3, pool.model_copy(update={"ep": 8}))
+    shared_expert = (58 + 1) * 3 * H * 2048 * FP8
+    assert wide - tp_moe == pytest.approx(shared_expert * (1 - 1 / 8), rel=1e-9)
+    with pytest.raises(InputError, match=r"two_batch_overlap: .* needs dp > 1 and ep = tp"):
+        scenario(tp=8, dp=8, ep=1, two_batch_overlap=True)
 
 
 def test_a_pool_without_the_new_fields_prices_as_before() -> None:

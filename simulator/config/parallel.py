@@ -155,13 +155,15 @@ def check_pool(model: ModelSpec, hw: HardwareSpec, pool: Pool, where: str) -> No
     if pool.dp > 1:
         if model.moe is None:
             raise ValueError(f"{where}.dp: DP attention is modeled with wide EP, which needs an MoE model")
-        if pool.ep != pool.tp:
+        if pool.ep not in (1, pool.tp):
             raise ValueError(
-                f"{where}.ep: DP attention dispatches tokens to experts over every rank: set ep = tp ({pool.tp})"
+                f"{where}.ep: behind DP attention the experts are spread over every rank (ep = tp = {pool.tp}, "
+                "wide EP) or each split over them (ep = 1, MoE TP)"
             )
-    if pool.two_batch_overlap and pool.dp == 1:
+    if pool.two_batch_overlap and (pool.dp == 1 or pool.ep == 1):
         raise ValueError(
-            f"{where}.two_batch_overlap: overlaps the MoE all-to-alls of DP attention with compute; needs dp > 1"
+            f"{where}.two_batch_overlap: overlaps the MoE all-to-alls of DP attention with compute; needs dp > 1 "
+            "and ep = tp"
         )
     if pool.redundant_experts and (model.moe is None or pool.ep == 1):
         raise ValueError(

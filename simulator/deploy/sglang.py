@@ -51,9 +51,10 @@ def _server(sc: Scenario, pool: Pool, s: Slot, mode: str | None) -> Command:
     if pool.nodes > 1:
         argv += ["--nnodes", str(pool.nodes), "--node-rank", str(s.node)]
         argv += ["--dist-init-addr", f"{host(s.head)}:{DIST_PORT}"]
-    if pool.dp > 1:  # DP attention: dp attention ranks, experts over all tp GPUs (the schema asks ep = tp)
+    if pool.dp > 1:  # DP attention: dp attention ranks; the experts over all tp GPUs (ep = tp) or split (ep = 1)
         argv += ["--dp-size", str(pool.dp), "--enable-dp-attention"]
-        argv += ["--moe-a2a-backend", "deepep"]  # the wide-EP model prices DeepEP-style all-to-alls
+        if pool.ep > 1:
+            argv += ["--moe-a2a-backend", "deepep"]  # the wide-EP model prices DeepEP-style all-to-alls
     if pool.ep > 1:
         argv += ["--ep-size", str(pool.ep)]
     if pool.two_batch_overlap:

@@ -2,8 +2,9 @@
 
 A space is one or more branches (the default has one per deployment mode), each the product of its dimensions:
 a dotted scenario path and its values, or a coupled dimension whose values set several paths together: a
-pool's `parallel` layout (tp, ep, dp and nodes: DP attention needs ep = tp, an instance over nodes needs dp ≥
-nodes), or `deployment.weights`, the one checkpoint format both pools of a disaggregated deployment serve.
+pool's `parallel` layout (tp, ep, dp and nodes: DP attention is searched with wide EP, ep = tp; an instance
+over nodes needs dp ≥ nodes), or `deployment.weights`, the one checkpoint format both pools of a disaggregated
+deployment serve.
 
 `--search PATH=V1,V2,…` lists values (each read as YAML: `8`, `fp8_e4m3`, `true`); `--search PATH=LO..HI` is
 every integer from LO to HI, kept as a range (a search of 20 million candidates is refused by its count, not

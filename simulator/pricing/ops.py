@@ -30,6 +30,12 @@ receives `expert_imbalance` × the mean token-expert pairs. A step's prefill chu
 once: `step_ops` lists every chunk's own ops, and the cost model prices the busiest rank's share of them
 (`costmodel.busiest_rank`).
 
+DP attention with MoE TP (`pool.dp` > 1, ep = 1: SGLang's `--enable-dp-attention` without EP, "DPA does not
+require EP", docs.sglang.io advanced_features/dp_dpa_smg_guide): every MoE layer gathers all ranks' rows to every
+GPU and reduces the TP-split experts' output back (SGLang's dp_gather and the experts' TP all-reduce: two
+all-reduces of all rows), and the routed and shared experts run over all rows, each split over the instance's
+GPUs; that is the part the ranks share.
+
 Speculative decoding (`pool.speculative`): `step_ops(..., queries=k+1)` is the verify step — every line at
 (k+1) rows per sequence (all positions are sampled to verify), decode attention with k+1 queries per sequence
 folded into the head dimension as FlashMLA runs it (one read of the cache); `mtp_draft_ops` is one draft step
@@ -500,8 +506,14 @@ def _moe(b: _Builder, m_all: Any, layers: int) -> None:
     _router_and_routed(b, m_all, layers)
     moe = b.model.moe
     assert moe is not None
-    if moe.shared_experts:
-        _shared(b, _rank_rows(b, m_all), layers)
+    if moe.shared_experts and not _moe_tp_behind_dp(b.pool):
+        _shared(b, _rank_rows(b, m_all), b.tp, layers)
+
+
+def _moe_tp_behind_dp(pool: Pool) -> bool:
+    """DP attention with the experts split by TP (ep = 1, SGLang's --enable-dp-attention without EP): every MoE
+    layer gathers all ranks' rows to every GPU and reduces the experts' output back, shared experts included."""
+    return pool.dp > 1 and pool.ep == 1
 
 
 def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
@@ -548,7 +560,11 @@ def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
         pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
         local = _round_up_from_one(expected_experts(slots, moe.top_k, m_all) / pool.ep)
     inter = _div(moe.intermediate, pool.tp // pool.ep)
-    if pool.dp > 1:  # tokens travel to their experts' ranks and back
+    if _moe_tp_behind_dp(pool):  # SGLang's dp_gather and the experts' TP reduction: two all-reduces of all rows
+        b.add("allreduce", 2 * layers, bytes=m_all * hd * 2, ranks=pool.tp)
+        if moe.shared_experts:  # on the gathered rows, split over every GPU (part of what the ranks share)
+            _shared(b, m_all, pool.tp, layers)
+    elif pool.dp > 1:  # tokens travel to their experts' ranks and back
         remote = node_dedup_share(pool.nodes, moe.top_k) if pool.a2a_node_dedup else 1.0
         b.add("alltoall", layers, bytes=pairs * dispatch_bytes(hd), ranks=pool.ep, nodes=pool.nodes, remote=remote)
         b.add("alltoall", layers, bytes=pairs * hd * 2, ranks=pool.ep, nodes=pool.nodes, remote=remote)
@@ -582,15 +598,15 @@ def moe_streams(model: ModelSpec, pool: Pool, rows: int, fused_moe: bool = False
     assert moe is not None
     routed, shared = _Builder(model, pool, fused_moe=fused_moe), _Builder(model, pool, fused_moe=fused_moe)
     _router_and_routed(routed, rows, model.moe_layers)
-    if moe.shared_experts:
-        _shared(shared, _rank_rows(shared, rows), model.moe_layers)
+    if moe.shared_experts and not _moe_tp_behind_dp(pool):
+        _shared(shared, _rank_rows(shared, rows), shared.tp, model.moe_layers)
     return routed.ops(), shared.ops()
 
 
-def _shared(b: _Builder, m: Any, layers: int) -> None:
+def _shared(b: _Builder, m: Any, tp: int, layers: int) -> None:
     moe = b.model.moe
     assert moe is not None
-    hd, inter_s = b.model.hidden, _div(moe.shared_experts * moe.intermediate, b.tp)
+    hd, inter_s = b.model.hidden, _div(moe.shared_experts * moe.intermediate, tp)
     b.gemm("shared_experts", m, 2 * inter_s, hd, layers, fused_quant=True)
     b.elementwise(m * 3 * inter_s * 2 + b.quant_bytes(m, inter_s, "shared_experts"), layers)
     b.gemm("shared_experts", m, hd, inter_s, layers, fused_quant=True)
