@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,13 @@ def test_nan_file_and_unknown_term(tmp_path: Path, monkeypatch, capsys) -> None:
         monkeypatch, capsys, "calibrate", "--scenario", str(DEPLOYMENT), *_bench_args(files), "--term", "warp_factor"
     )
     assert code == 2 and "--term warp_factor: not a calibrated engine term" in text, text
+
+
+def test_a_run_too_long_to_simulate_is_refused() -> None:
+    """20,000 requests of 30,000 output tokens: 6e8 tokens, each run simulated dozens of times in the fit."""
+    run = replace(_run(request_rate=math.inf, max_concurrency=64), num_prompts=20000, completed=20000)
+    run = replace(run, output_tokens=Lengths(mean=30000.0, requested=30000.0, range_ratio=1.0))
+    _, raw = loader.load(DEPLOYMENT)
+    with pytest.raises(InputError, match=r"^r\.json: .*output tokens.*a smaller --max-requests") as e:
+        engine_fit.run_scenarios(raw, str(DEPLOYMENT), DEPLOYMENT.parent, [run], 20000)
+    assert "--no-limits" not in str(e.value)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator import budget
 from simulator.calibration.bench_run import BenchRun
 from simulator.calibration.bench_traffic import MAX_REQUESTS, traffic_of
 from simulator.config import loader
@@ -34,6 +35,8 @@ from simulator.validation.bands import Kind, kind
 MAX_RUNS = 64  # runs one calibration fits at most: each is simulated (1 + terms) times per fit iteration
 PRIOR = 0.2  # a term's whole range costs as much as one figure 20% off in log (fit.fit's prior)
 MIN_LOO_RUNS = 4  # fewer runs: the band is the fit's own residual, not a leave-one-out error
+# a run is simulated (1 + terms) times per fit iteration: a tighter bound on its work than one `run`'s
+LIMITS = budget.Limits(max_requests=20_000, max_output_tokens=5e7)
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ class _Runs:
 
 
 def run_scenarios(
-    raw: dict[str, Any], source: str, runs: list[BenchRun], max_requests: int = MAX_REQUESTS
+    raw: dict[str, Any], source: str, base_dir: Path, runs: list[BenchRun], max_requests: int = MAX_REQUESTS
 ) -> tuple[list[dict[str, Any]], dict[int, tuple[str, ...]]]:
     """The deployment's raw mapping driven as each run was (each checked to validate); an impossible one names
     the run."""
@@ -121,9 +124,14 @@ def run_scenarios(
         t = traffic_of(run, max_requests)
         one = loader.one_point(raw, {"traffic": t.traffic})
         try:
-            loader.validate(one, source)
+            sc = loader.validate(one, source)
         except InputError as e:
             raise InputError(f"{run.where}: its traffic does not fit the scenario: {e}") from None
+        try:  # the work a simulation of it implies, under the run limits (it is simulated dozens of times)
+            budget.check(sc, base_dir, LIMITS)
+        except InputError as e:
+            why = str(e).split("; pass --no-limits")[0]
+            raise InputError(f"{run.where}: {why} (a smaller --max-requests simulates less of it)") from None
         out.append(one)
         notes[i] = t.notes
     return out, notes
@@ -143,7 +151,7 @@ def calibrate(
         raise InputError("calibrate: no benchmark runs to fit")
     if len(runs) > MAX_RUNS:
         raise InputError(f"calibrate: {len(runs)} runs; one calibration fits at most {MAX_RUNS}")
-    raws, notes = run_scenarios(raw, source, runs, max_requests)
+    raws, notes = run_scenarios(raw, source, base_dir, runs, max_requests)
     figures = [f for i, run in enumerate(runs) for f in figures_of(i, run)]
     sims = _Runs(raws, base_dir, {i: {f.metric for f in figures if f.run == i} for i in range(len(runs))})
     if not figures:
