@@ -69,7 +69,8 @@ def preset_choice(raw: dict[str, Any], key: str) -> str:
 
 
 def preset_options(raw: dict[str, Any], key: str) -> list[str]:
-    names = presets.names(PRESET_KINDS[key])
+    """The presets a select knob offers (for the engine, also the fitted engines in the project's `engines/`)."""
+    names = presets.names(PRESET_KINDS[key]) + (presets.fitted_files() if key == "engine" else [])
     own = preset_choice(raw, key)
     return names if own in names else [own, *names]
 
@@ -115,6 +116,12 @@ def start_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
 def focus_overrides(sc: Scenario, base: dict[str, Any]) -> dict[str, Any]:
     """The focus paths no knob shows: always set, since the page opens at the focus and cannot move them."""
     return {path: value for path, value in sc.focus.items() if path not in base}
+
+
+def opening(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
+    """The overrides the page runs as a study opens with no knob moved in its URL (streamlit_app's `opening`)."""
+    base = study_values(sc, raw)
+    return {**overrides(base, start_values(sc, raw)), **focus_overrides(sc, base)}
 
 
 def overrides(base: dict[str, Any], chosen: dict[str, Any]) -> dict[str, Any]:

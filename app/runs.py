@@ -92,6 +92,9 @@ class RunCache:
                 self._runs.popitem(last=False)
 
 
+SERVER = RunCache()  # the page server's: every session's runs, and the bundled studies' opening runs (app.serve)
+
+
 class Batch:
     """Runs simulated one after another in a worker thread, into `cache`; the page polls `done` and redraws.
 

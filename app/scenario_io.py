@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from simulator import input_files
-from simulator.config import loader
+from simulator.config import loader, presets
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import to_csv
 from simulator.errors import InputError
@@ -88,6 +88,7 @@ def from_upload(name: str, content: bytes) -> Study:
             raw, lines = loader.read_yaml(path)
         except InputError as e:
             raise InputError(str(e).replace(str(path), label)) from None
+    _engine_inside_project(label, raw)
     # Its file names resolve from scenarios/, so that is where the page's commands expect it saved.
     study = _study(label, raw, lines, SCENARIOS, f"scenarios/{safe}", content)
     _files_inside_project(study)
@@ -115,6 +116,26 @@ def _plain_yaml(label: str, text: str) -> None:
 
 def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.\-]", "_", Path(name).name)[:80] or "scenario"
+
+
+def _engine_inside_project(label: str, raw: dict[str, Any]) -> None:
+    """An uploaded scenario may name an engine file only from the project's `engines/` (checked before the file is
+    read: its contents would show in an error line)."""
+    sweep = raw.get("sweep")
+    swept = sweep.get("engine") if isinstance(sweep, dict) else None
+    named = [("engine", raw.get("engine"))] + [("sweep.engine", v) for v in (swept if isinstance(swept, list) else [])]
+    for where, value in named:
+        if not (isinstance(value, str) and presets.is_file(value)):
+            continue
+        try:
+            inside = presets.engine_path(value).resolve().is_relative_to(presets.FITTED)
+        except InputError as e:
+            raise InputError(f"{label}: {where}: {e}") from None
+        if not inside:
+            raise InputError(
+                f"{label}: {where}: an uploaded scenario may only name engine files in the project's engines/ "
+                f"folder (got {value!r})"
+            )
 
 
 def _files_inside_project(study: Study) -> None:

@@ -1,6 +1,7 @@
-"""The page's server: `streamlit run`, with the page's modules imported and the simulator's compiled code loaded
-before it listens. Streamlit imports a page's modules on its first visit; on a 2-core machine that is ~2 s the
-first visitor would otherwise wait for (pandas, Altair, the simulator, numba's cached machine code).
+"""The page's server: `streamlit run`, with the page's modules imported, the simulator's compiled code loaded and
+every bundled study's opening run in the server's run cache before it listens. Streamlit imports a page's modules
+on its first visit; on a 2-core machine that is ~2 s the first visitor would otherwise wait for (pandas, Altair,
+the simulator, numba's cached machine code), and the heaviest studies' opening runs 3-3.5 s more.
 
     python -m app.serve run app/streamlit_app.py [streamlit options]   (what `phaseplan app` runs)
 """
@@ -8,15 +9,25 @@ first visitor would otherwise wait for (pandas, Altair, the simulator, numba's c
 from __future__ import annotations
 
 import sys
+import time
 
 
 def warm() -> None:
-    """Import what the page imports and run a 32-request bundled study once, uncached: no answer is kept, only
-    the code is loaded."""
-    from app import runs, scenario_io
+    """Import what the page imports, then run each bundled study as the page opens it into the server's cache
+    (the same runs a first visitor would wait for; a study that fails to load is left to the page to report)."""
+    from app import knobs, runs, scenario_io
     from app.views import capacity, compare, plan, sidebar, whatif  # noqa: F401
+    from simulator.errors import InputError
 
-    runs.run(scenario_io.from_path(scenario_io.SCENARIOS / "glm-5.2-weight-formats.yaml"), {})  # 32 requests
+    start = time.perf_counter()
+    for path in scenario_io.bundled():
+        try:
+            study = scenario_io.from_path(path)
+            runs.run(study, knobs.opening(study.scenario, study.raw), runs.SERVER)
+        except InputError:
+            continue
+    took = time.perf_counter() - start
+    print(f"phaseplan app: the bundled studies' opening runs computed in {took:.1f} s", file=sys.stderr)
 
 
 def main() -> None:

@@ -71,6 +71,16 @@ def test_round_trip_recovers_terms_and_figures(tmp_path: Path, monkeypatch, caps
     for term in ("dp_sync_us", "tbo_hidden_share", "fp8_kv_read_factor"):
         assert not cal["terms"][term]["informed"]
         assert cal["terms"][term]["after"] == cal["terms"][term]["before"]
+    # the fitted engine runs like a preset, named by its file: its fit in the provenance, its own error band
+    traffic = json.dumps({**LOADS[2], "requests": 120, "prompt_tokens": 500, "output_tokens": 300})
+    code, text = run_cli(
+        monkeypatch, capsys, "run", str(DEPLOYMENT), "--set", f"engine={out}", "--set", f"traffic={traffic}"
+    )
+    assert code == 0, text
+    text = " ".join(text.split())
+    assert f"engine my-fleet (fitted to 5 runs of {DEPLOYMENT} (files {files[0]}," in text
+    band = cal["error"]["throughput"]
+    assert f"validated model error ±{band['median']:.0%} on my-fleet (fitted to 5 runs of {DEPLOYMENT}" in text
 
 
 def test_report_states_before_after_and_band(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -400,6 +400,17 @@ def bad_scenario(cls: str, field: str, value: Any) -> tuple[dict[str, Any], str]
         data["traffic"] = {"rate": 1.0, "duration_s": 1.0} if field in ("rate", "duration_s") else {"concurrency": 1}
         data["traffic"][field] = value
         return data, f"traffic.{field}"
+    if cls.startswith("Calibration"):  # a fitted engine's record: in a list (files) and maps (terms, error)
+        data["engine"] = calibrated_engine()
+        cal = data["engine"]["calibration"]
+        node, at = {
+            "Calibration": (cal, "engine.calibration"),
+            "CalibrationFile": (cal["files"][0], "engine.calibration.files.0"),
+            "CalibrationTerm": (cal["terms"]["host_step_us"], "engine.calibration.terms.host_step_us"),
+            "CalibrationError": (cal["error"]["latency"], "engine.calibration.error.latency"),
+        }[cls]
+        node[field] = value
+        return data, f"{at}.{field}"
     path, base = CLASS_AT[cls]
     if cls == "RooflineFit":
         data["hardware"] = presets.hardware("h200")
@@ -413,6 +424,21 @@ def bad_scenario(cls: str, field: str, value: Any) -> tuple[dict[str, Any], str]
         return data, ".".join(path) + ".factors.mem_eff_gemm"
     node[path[-1]] = {**(node.get(path[-1]) or base()), field: [value] if field == "multipliers" else value}
     return data, ".".join(path) + f".{field}" + (".0" if field == "multipliers" else "")
+
+
+def calibrated_engine() -> dict[str, Any]:
+    """The sglang-0.5 preset as `phaseplan calibrate` would write it, fitted to one run."""
+    return {
+        **presets.engine("sglang-0.5"),
+        "calibration": {
+            "base": "sglang-0.5",
+            "deployment": "d.yaml",
+            "files": [{"path": "f.json", "sha256": "0" * 64, "tool": "sglang", "runs": 1}],
+            "runs": 1,
+            "terms": {"host_step_us": {"before": 1.0, "after": 2.0, "informed": True}},
+            "error": {"latency": {"median": 0.1, "max": 0.2, "cases": 1, "leave_one_out": False}},
+        },
+    }
 
 
 def too_big(hi: float) -> float:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from simulator.config.specs import EngineSpec
 from simulator.validation import case, fit, measure, suite
 from tests.cli_helpers import invoke
 
@@ -150,7 +151,7 @@ def test_the_committed_error_bands_are_the_suites(result: dict) -> None:
     from simulator.validation import bands
 
     assert json.loads(bands.BANDS.read_text()) == bands.from_rows(result["cases"])
-    text = bands.line("sglang-0.5", "throughput", "max rate", 2.0, "req/s")
+    text = bands.line(EngineSpec(name="sglang-0.5"), "throughput", "max rate", 2.0, "req/s")
     m = bands.from_rows(result["cases"])["sglang-0.5"]["throughput"]["median"]
     assert text is not None and f"±{m:.0%}" in text and f"{2 * (1 - m):,.4g}–{2 * (1 + m):,.4g}" in text
-    assert bands.line("no-such-engine", "latency", "TPOT", 1.0, "ms") is None
+    assert bands.line(EngineSpec(name="no-such-engine"), "latency", "TPOT", 1.0, "ms") is None

@@ -12,16 +12,17 @@ from app.runs import MAX_REQUESTS, Run, RunCache
 from app.scenario_io import Study
 from app.views import charts, command
 from app.views.fmt import cli_line, num, source_tag
+from simulator.config.specs import EngineSpec
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok
 from simulator.results.report import provenance_line
 from simulator.validation import bands
 
 
-@st.cache_resource(show_spinner=False)
 def run_cache() -> RunCache:
-    """One cache for the server process: a scenario already run by anyone answers at once."""
-    return RunCache()
+    """One cache for the server process: a scenario already run by anyone (or by `app.serve` before the server
+    listened) answers at once."""
+    return runs.SERVER
 
 
 def execute(study: Study, overrides: dict[str, Any], cap: int = MAX_REQUESTS) -> Run:
@@ -149,7 +150,7 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
 def _bands(r: dict[str, Any], what: str, tok_s: float) -> list[str]:
     """The validated error band of the headline throughput and TPOT p95 on the run's engine (as `phaseplan run`
     prints them): how far the model was from published measurements, so a number is read with its error."""
-    engine, tpot = r["provenance"].get("engine", ""), r["metrics"]["tpot_ms"]["p95"]
+    engine, tpot = EngineSpec.model_validate(r["scenario"]["engine"]), r["metrics"]["tpot_ms"]["p95"]
     found = [
         bands.line(engine, "throughput", what, tok_s, "tok/s"),
         bands.line(engine, "latency", "TPOT p95", tpot, "ms") if tpot else None,

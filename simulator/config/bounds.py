@@ -86,6 +86,13 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("EngineSpec", "decode_graph_floor_us"): (0.01, 1e5, "µs of a graphed kernel's launch and tail"),
     ("EngineSpec", "fp8_kv_read_factor"): (0.01, 100, "factor on an FP8 cache read's memory time"),
     ("EngineSpec", "host_step_us"): (0, 1e6, "µs of CPU work per step (a second per step is no engine)"),
+    ("CalibrationFile", "runs"): (1, 64, "benchmark runs in one file (calibrate fits at most 64)"),
+    ("Calibration", "runs"): (1, 64, "benchmark runs fitted to (calibrate fits at most 64)"),
+    ("CalibrationTerm", "before"): (0, 1e6, "an engine term's value (each fitted term is one, ≥ 0)"),
+    ("CalibrationTerm", "after"): (0, 1e6, "an engine term's value (each fitted term is one, ≥ 0)"),
+    ("CalibrationError", "median"): (0, 100, "a fraction of the measured figure"),
+    ("CalibrationError", "max"): (0, 100, "a fraction of the measured figure"),
+    ("CalibrationError", "cases"): (1, 10_000, "figures of at most 64 runs"),
     ("Pool", "moe_routing_alpha"): (1e-3, 100, "power-law exponent of expert routing"),
     # Speculative decoding: SGLang's EAGLE trees verify up to 64 draft tokens a step; a step's work and the
     # acceptance chain grow with k, so 10^4 would be a run that never ends, not a deployment.

@@ -101,11 +101,23 @@ def one_point(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_presets(data: dict[str, Any]) -> dict[str, Any]:
+    """Each preset name (or engine file) replaced by its mapping; an error is `KeyedError` naming the field."""
     out = {**PRESET_DEFAULTS, **data}
     for key, load in PRESET_FIELDS.items():
         if isinstance(out.get(key), str):
-            out[key] = load(out[key])
+            try:
+                out[key] = load(out[key])
+            except InputError as e:
+                raise KeyedError(key, str(e)) from None
     return out
+
+
+class KeyedError(InputError):
+    """A preset that could not be read, and the scenario field that named it."""
+
+    def __init__(self, key: str, msg: str) -> None:
+        super().__init__(msg)
+        self.key = key
 
 
 def validate(
@@ -117,10 +129,9 @@ def validate(
     """Validate a raw mapping; the first error names its YAML path (and line, or the --set it came from)."""
     try:
         resolved = resolve_presets(data)
-    except InputError as e:
-        key = "model" if "model preset" in str(e) else "hardware"
-        line = (lines or {}).get((key,))
-        where = f"--set {key}" if key in overridden else f"{source}:{f' line {line}:' if line else ''} {key}"
+    except KeyedError as e:
+        line = (lines or {}).get((e.key,))
+        where = f"--set {e.key}" if e.key in overridden else f"{source}:{f' line {line}:' if line else ''} {e.key}"
         raise InputError(f"{where}: {e}") from None
     try:
         sc = Scenario.model_validate(resolved)
@@ -139,6 +150,9 @@ def validate(
             msg = paths.unknown_key_message(loc)
         elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list):
             msg += f" (got {_short(err['input'])})"
+        engine = data.get("engine")
+        if loc[:1] == ("engine",) and isinstance(engine, str) and presets.is_file(engine):
+            msg = f"{msg} (in the engine file {presets.engine_path(engine)})"
         raise InputError(_located(loc, msg, source, lines, overridden)) from None
     except ValueError as e:  # bounds and consistency name their path first
         path, _, msg = str(e).partition(": ")

@@ -397,8 +397,9 @@ class Scenario(Strict):
         description="A GPU preset's name, or inline figures (HardwareSpec below); a scenario without it runs on h200."
     )
     engine: EngineSpec = Field(
-        description="A serving-engine preset's name (phaseplan presets), or inline terms (EngineSpec below): "
-        "what the engine does with the kernels, taken by every pool that does not set the term itself."
+        description="A serving-engine preset's name (phaseplan presets), an engine file's path (`engines/NAME.yaml`, "
+        "as `phaseplan calibrate` writes one), or inline terms (EngineSpec below): what the engine does with the "
+        "kernels, taken by every pool that does not set the term itself."
     )
     profile: str = Field(
         "roofline", description="What prices step times: roofline (modeled), or the path of a kernel profile JSON."

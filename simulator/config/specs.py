@@ -6,9 +6,9 @@ them, while none of those care how a scenario names or overrides them.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_serializer
 
 # nvfp4/mxfp4: FP4 e2m1 weights with block scales, run on FP4 tensor cores (W4A4); w4a8: INT4 group-wise weights
 # with FP8 activations, run on FP8 tensor cores (simulator/pricing/formats.py has the bytes and rates).
@@ -163,6 +163,44 @@ class HardwareSpec(Strict):
     )
 
 
+class CalibrationFile(Strict):
+    """One benchmark file a calibrated engine was fitted to: enough to tell it is still the same file."""
+
+    path: str = Field(description="The file as given to `phaseplan calibrate`.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Its SHA-256.")
+    tool: str = Field(description="The benchmark tool that wrote it.")
+    runs: PositiveInt = Field(description="Benchmark runs read from it.")
+    date: str | None = Field(None, description="The date the file states, when it states one.")
+
+
+class CalibrationTerm(Strict):
+    before: float = Field(description="The base preset's value.")
+    after: float = Field(description="The fitted value.")
+    informed: bool = Field(description="Whether any run moves with this term (else it stays at the base's value).")
+
+
+class CalibrationError(Strict):
+    """The fitted engine's error on its own runs, per kind of figure: the band shown beside its answers."""
+
+    median: NonNegativeFloat = Field(description="Median |error| (a fraction).")
+    max: NonNegativeFloat = Field(description="Worst |error| (a fraction).")
+    cases: PositiveInt = Field(description="Figures it is taken over.")
+    leave_one_out: bool = Field(description="Leave-one-out by run (>= 4 runs), else the fit's own residual.")
+
+
+class Calibration(Strict):
+    """Where a fitted engine's terms come from (`phaseplan calibrate`): the deployment, its files, the fit."""
+
+    base: str = Field(description="The engine preset the fit started from.")
+    deployment: str = Field(description="The scenario that describes the measured deployment.")
+    files: list[CalibrationFile] = Field(min_length=1, max_length=64, description="The benchmark files.")
+    runs: PositiveInt = Field(description="Benchmark runs fitted to.")
+    terms: dict[str, CalibrationTerm] = Field(description="Per fitted term: before, after, informed.")
+    error: dict[Literal["throughput", "latency"], CalibrationError] = Field(
+        description="Per kind of figure: the error on the runs."
+    )
+
+
 class EngineSpec(Strict):
     """What a serving engine does with the kernels, as pool defaults: a scenario's pools take every term they do
     not set themselves (`Scenario._engine_terms`), so one field names the engine and a pool still overrides.
@@ -194,6 +232,9 @@ class EngineSpec(Strict):
     prefill_a2a_node_dedup: bool = Field(
         False, description="A prefill pool's MoE dispatch sends a token once per node (DeepEP normal mode)."
     )
+    calibration: Calibration | None = Field(
+        None, description="Set by `phaseplan calibrate`: what the terms were fitted to; null: a preset as published."
+    )
 
     TERMS: ClassVar[tuple[str, ...]] = (
         "decode_graph_floor_us",
@@ -207,3 +248,11 @@ class EngineSpec(Strict):
         "mixed_chunked_prefill",
         "tbo_hidden_share",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_calibration(self, handler: Any) -> dict[str, Any]:
+        """A published preset dumps as it did before calibration existed: Results stay bit-for-bit."""
+        out = handler(self)
+        if out.get("calibration", 0) is None:
+            del out["calibration"]
+        return out

@@ -20,7 +20,8 @@ DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep re
 
 def provenance_line(result: dict[str, Any]) -> str:
     p = result["provenance"]
-    engine = f"engine {p['engine']}; " if p.get("engine") else ""
+    fitted = f" ({p['engine_fitted']})" if p.get("engine_fitted") else ""
+    engine = f"engine {p['engine']}{fitted}; " if p.get("engine") else ""
     return engine + _step_times(p)
 
 

@@ -5,11 +5,23 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.capacity import capacity_dict
+from simulator.config.specs import EngineSpec
 from simulator.results.anatomy import step_anatomy
 from simulator.results.metrics import build_integrity, build_metrics
 from simulator.results.record import RunRecord
 
 SCHEMA = "phaseplan.result/1"
+
+
+def engine_provenance(engine: EngineSpec) -> dict[str, str]:
+    """The engine's name, and for one `phaseplan calibrate` fitted, what it was fitted to (absent otherwise, so a
+    published preset's Result is what it always was)."""
+    out = {"engine": engine.name}
+    if engine.calibration is not None:
+        c = engine.calibration
+        files = ", ".join(f.path for f in c.files)
+        out["engine_fitted"] = f"fitted to {c.runs} runs of {c.deployment} (files {files}) from {c.base}"
+    return out
 
 
 def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
@@ -18,7 +30,7 @@ def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
         "schema": SCHEMA,
         "clock": clock,
         "scenario": run.scenario.model_dump(mode="json", exclude={"sweep", "focus"}),
-        "provenance": {**run.profile.provenance(), "engine": run.scenario.engine.name},
+        "provenance": {**run.profile.provenance(), **engine_provenance(run.scenario.engine)},
         "capacity": {name: capacity_dict(p.capacity) for name, p in run.pools.items()},
         "metrics": build_metrics(run),
         "integrity": build_integrity(run),

@@ -14,6 +14,7 @@ import statistics
 from functools import cache
 from typing import Any, Literal
 
+from simulator.config.specs import EngineSpec
 from simulator.validation.suite import SUITE
 
 BANDS = SUITE / "bands.json"
@@ -45,15 +46,28 @@ def _committed() -> dict[str, Any]:
     return json.loads(BANDS.read_text()) if BANDS.is_file() else {}
 
 
-def line(engine: str, k: Kind, what: str, value: float, unit: str) -> str | None:
+def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str) -> str | None:
     """E.g. "max rate 1.73 conv/s: validated model error ±9% on sglang-0.5 (…): 1.58–1.89"; None where the
-    suite has no case of this engine and kind."""
-    b = _committed().get(engine, {}).get(k)
-    if b is None:
-        return None
-    m = b["median"]
+    suite has no case of this engine and kind. An engine fitted by `phaseplan calibrate` carries its own band:
+    its fit's error on the operator's runs (leave-one-out by run where it had enough runs)."""
+    if engine.calibration is not None:
+        c = engine.calibration
+        e = c.error.get(k)
+        if e is None:
+            return None
+        m = e.median
+        how = "leave-one-out median" if e.leave_one_out else "fit's own residual (under 4 runs, no leave-one-out)"
+        why = f"fitted to {c.runs} runs of {c.deployment}: their {how} over {e.cases} figures, worst {e.max:.0%}"
+    else:
+        b = _committed().get(engine.name, {}).get(k)
+        if b is None:
+            return None
+        m = b["median"]
+        why = (
+            f"{k} cases' leave-one-out median over {b['cases']} published measurements, worst {b['max']:.0%}, "
+            "docs/validation.md"
+        )
     return (
-        f"{what} {value:,.4g} {unit}: validated model error ±{m:.0%} on {engine} ({k} cases' leave-one-out median "
-        f"over {b['cases']} published measurements, worst {b['max']:.0%}, docs/validation.md): "
+        f"{what} {value:,.4g} {unit}: validated model error ±{m:.0%} on {engine.name} ({why}): "
         f"{value * (1 - m):,.4g}–{value * (1 + m):,.4g}"
     )
