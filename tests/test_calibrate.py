@@ -159,6 +159,12 @@ def test_traffic_of_a_run() -> None:
     assert gamma["requests"] == 2000
     poisson = bench_traffic.traffic_of(_run(request_rate=4.0, max_concurrency=5000)).traffic  # cap never binds
     assert poisson["arrival"] == "poisson" and "concurrency" not in poisson
+    # every request sent within 5% of the run, held to a cap: the cap is the load (GPUStack's 1,000 req/s burst)
+    burst = bench_traffic.traffic_of(replace(_run(request_rate=1000.0, max_concurrency=512), duration_s=539.39))
+    assert burst.traffic["concurrency"] == 512 and "rate" not in burst.traffic
+    assert any("a burst held to 512 in flight" in n for n in burst.notes)
+    with pytest.raises(InputError, match="not both"):  # the same arrivals spread over a tenth of the run
+        bench_traffic.traffic_of(replace(_run(request_rate=1000.0, max_concurrency=512), duration_s=10.0))
 
 
 @pytest.mark.parametrize(
@@ -222,3 +228,22 @@ def test_a_run_too_long_to_simulate_is_refused() -> None:
     with pytest.raises(InputError, match=r"^r\.json: .*output tokens.*a smaller --max-requests") as e:
         engine_fit.run_scenarios(raw, str(DEPLOYMENT), DEPLOYMENT.parent, [run], 20000)
     assert "--no-limits" not in str(e.value)
+
+
+def test_the_worked_example_calibrates_and_lowers_its_error(tmp_path: Path, monkeypatch, capsys) -> None:
+    """GPUStack's published GLM-5.2 runs (docs/examples/gpustack-glm-5.2-h200): the fit lowers the median error
+    on its own runs, reports leave-one-out, and the committed engine file is what it writes."""
+    example = ROOT / "docs/examples/gpustack-glm-5.2-h200"
+    out = tmp_path / "gpustack-glm-5.2.yaml"
+    args = ["calibrate", "--bench", "docs/examples/gpustack-glm-5.2-h200/bench/optimized.jsonl"]
+    args += ["--scenario", "docs/examples/gpustack-glm-5.2-h200/deployment.yaml", "--name", "gpustack-glm-5.2"]
+    monkeypatch.chdir(ROOT)
+    code, text = run_cli(monkeypatch, capsys, *args, "--out", str(out), "--json")
+    assert code == 0, text
+    rows = json.loads(text)["runs"]
+    before = sorted(abs(r["before"] / r["measured"] - 1) for r in rows)
+    after = sorted(abs(r["after"] / r["measured"] - 1) for r in rows)
+    assert after[len(after) // 2] < before[len(before) // 2]
+    assert all(r["leave_one_out"] is not None for r in rows)
+    assert yaml.safe_load(out.read_text()) == yaml.safe_load((ROOT / "engines/gpustack-glm-5.2.yaml").read_text())
+    assert (example / "SOURCES.md").is_file()

@@ -6,7 +6,8 @@ variation 1/√b). Lengths are the run's own: fixed at the requested length when
 (range ratio 1 or unstated: the measured mean, which is what the tokenizer really sent), uniform in
 [ratio·L, L] for SGLang's and vLLM's random dataset, else fixed at the measured means (a dataset such as
 ShareGPT: its spread is not in the file, which `notes` says). What the traffic model cannot state (constant
-gaps, a rate with a binding concurrency cap) is one InputError naming the run.
+gaps, a rate with a binding concurrency cap over more than a burst) is one InputError naming the run; a rate
+that sends every request within 5% of the run, held to a concurrency cap, is the closed loop at that cap.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from simulator.calibration.bench_run import BenchRun, Lengths
 from simulator.errors import InputError
 
 MAX_REQUESTS = 1000  # requests simulated per run at most: a fit simulates every run dozens of times
+# A rate whose requests all arrive within this share of the run's duration is a burst: what bounds the load is
+# the concurrency cap, not the rate (GPUStack's 1,000 req/s for 1,000 requests of a 539 s run, 512 in flight).
+BURST_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -37,18 +41,24 @@ def traffic_of(run: BenchRun, max_requests: int = MAX_REQUESTS) -> RunTraffic:
     requests = min(sent, max_requests)
     if requests < sent:
         notes.append(f"{requests:,} of its {sent:,} requests simulated")
-    traffic: dict[str, Any] = {"requests": requests, **_load(run, sent)}
+    traffic: dict[str, Any] = {"requests": requests, **_load(run, sent, notes)}
     for key, lengths in (("prompt_tokens", run.input_tokens), ("output_tokens", run.output_tokens)):
         traffic[key] = _length(run, key, lengths, notes)
     return RunTraffic(traffic, tuple(notes))
 
 
-def _load(run: BenchRun, sent: int) -> dict[str, Any]:
+def _load(run: BenchRun, sent: int, notes: list[str]) -> dict[str, Any]:
     load = run.load
     rate, cap = load.request_rate, load.max_concurrency
     if rate is None or math.isinf(rate):
         if cap is None:  # every request at once, none held back: a closed loop of all of them
             return {"concurrency": sent}
+        return {"concurrency": cap}
+    if cap is not None and cap < sent and run.duration_s is not None and sent / rate <= BURST_SHARE * run.duration_s:
+        notes.append(
+            f"request_rate {rate:g} sends all {sent:,} requests in {sent / rate:.3g} s of a {run.duration_s:,.4g} s "
+            f"run: a burst held to {cap} in flight, simulated as a closed loop of {cap}"
+        )
         return {"concurrency": cap}
     if cap is not None and cap < sent:
         raise InputError(

@@ -34,6 +34,7 @@ from simulator.validation.bands import Kind, kind
 
 MAX_RUNS = 64  # runs one calibration fits at most: each is simulated (1 + terms) times per fit iteration
 PRIOR = 0.2  # a term's whole range costs as much as one figure 20% off in log (fit.fit's prior)
+LITTLE_SLACK = 1.1  # a median TPOT is not the mean Little's law takes: a tenth's margin before one is refused
 MIN_LOO_RUNS = 4  # fewer runs: the band is the fit's own residual, not a leave-one-out error
 # a run is simulated (1 + terms) times per fit iteration: a tighter bound on its work than one `run`'s
 LIMITS = budget.Limits(max_requests=20_000, max_output_tokens=5e7)
@@ -87,15 +88,41 @@ class Calibrated:
     leave_one_out: bool
 
 
-def figures_of(i: int, run: BenchRun) -> list[Figure]:
-    """The figures a run states that the model predicts: throughput, and TPOT and TTFT (median, else mean)."""
+def figures_of(i: int, run: BenchRun, running: int | None = None) -> tuple[list[Figure], tuple[str, ...]]:
+    """The figures a run states that the model predicts: throughput, and TPOT and TTFT (median, else mean); and
+    why any was left out.
+
+    A TPOT is a time per token while a request decodes, so output tok/s × TPOT is the number decoding at once
+    (Little's law). Where that exceeds `running`, the most the deployment runs, the measured TPOT also counts
+    time the requests spent out of the batch (queued behind a cap, retracted); the model's TPOT does not, so
+    fitting it would move the engine's terms to explain a queue. It is kept out, and the note says so."""
     out = [Figure(i, "output_tok_s", "output tok/s", run.output_throughput)]
     for name, lat in (("tpot", run.tpot), ("ttft", run.ttft)):
         if lat.median is not None:
             out.append(Figure(i, f"median_{name}_ms", f"median {name.upper()} ms", lat.median))
         elif lat.mean is not None:
             out.append(Figure(i, f"mean_{name}_ms", f"mean {name.upper()} ms", lat.mean))
-    return [f for f in out if f.measured > 0]
+    kept, notes = [], []
+    for f in out:
+        decoding = run.output_throughput * f.measured / 1000
+        if "tpot" in f.metric and running is not None and decoding > LITTLE_SLACK * running:
+            notes.append(
+                f"{f.label} {f.measured:.4g} × output {run.output_throughput:,.4g} tok/s = {decoding:,.0f} requests "
+                f"decoding at once, more than the {running:,} the deployment runs: the TPOT counts time out of "
+                "the batch, which the model's does not; kept out of the fit"
+            )
+        elif f.measured > 0:
+            kept.append(f)
+    return kept, tuple(notes)
+
+
+def running_cap(sc: Scenario) -> int | None:
+    """The most requests the deployment's decoding pools run at once (None: no stated cap)."""
+    pools = sc.deployment.pools()
+    decoding = [p for name, p in pools.items() if name == "decode"]
+    if not decoding or any(p.max_running is None for p in decoding):
+        return None
+    return sum(p.instances * p.max_running for p in decoding)
 
 
 class _Runs:
@@ -152,7 +179,12 @@ def calibrate(
     if len(runs) > MAX_RUNS:
         raise InputError(f"calibrate: {len(runs)} runs; one calibration fits at most {MAX_RUNS}")
     raws, notes = run_scenarios(raw, source, base_dir, runs, max_requests)
-    figures = [f for i, run in enumerate(runs) for f in figures_of(i, run)]
+    running = running_cap(sc)
+    figures = []
+    for i, run in enumerate(runs):
+        kept, why = figures_of(i, run, running)
+        figures += kept
+        notes[i] = notes[i] + why
     sims = _Runs(raws, base_dir, {i: {f.metric for f in figures if f.run == i} for i in range(len(runs))})
     if not figures:
         raise InputError("calibrate: the runs state no figure the model predicts (throughput, TPOT, TTFT)")

@@ -32,6 +32,7 @@ from simulator.validation.case import Engine
 
 ITERATIONS = 6  # Gauss-Newton steps at most; each evaluates every case 1 + len(parameters) times
 TOLERANCE = 1e-9  # a step smaller than this share of a parameter's range ends the fit
+BACKTRACKS = 4  # halvings of a step that raises the simulated error before the fit stops where it is
 
 
 class Parameter(Strict):
@@ -113,7 +114,15 @@ def fit(
     for _ in range(ITERATIONS):
         r, jac = _linearise(targets, params, x, published)
         dx = _solve(r, jac, x, box, np.ones(len(r), dtype=bool))
-        x = np.clip(x + dx, box.low, box.high)
+        now = _cost(r, x, box)
+        for _ in range(BACKTRACKS):  # the linearised step, kept only where the simulated error falls
+            trial = np.clip(x + dx, box.low, box.high)
+            if _cost(_residuals(targets, params, trial, published), trial, box) <= now:
+                break
+            dx = dx / 2
+        else:
+            break  # no step along this direction lowers the error: x is the fit
+        x = trial
         if np.all(np.abs(dx) <= TOLERANCE * (box.high - box.low)):
             break
     r, jac = _linearise(targets, params, x, published)
@@ -140,11 +149,23 @@ def _overrides(engine: str, params: Sequence[Parameter], x: np.ndarray) -> dict[
     return {p.path: float(v) for p, v in zip(params, x, strict=True) if engine in p.engines}
 
 
+def _residuals(
+    targets: Sequence[Target], params: Sequence[Parameter], x: np.ndarray, published: np.ndarray
+) -> np.ndarray:
+    return np.array([math.log(f(_overrides(e, params, x)) / pub) for e, pub, f in targets])
+
+
+def _cost(r: np.ndarray, x: np.ndarray, box: _Box) -> float:
+    """What the fit minimises: the squared log errors and the prior's pull toward the start."""
+    pull = box.prior * (x - box.start) / (box.high - box.low)
+    return float(r @ r + pull @ pull)
+
+
 def _linearise(
     targets: Sequence[Target], params: Sequence[Parameter], x: np.ndarray, published: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Log errors at x and their finite-difference Jacobian (a step towards the inside of the bounds)."""
-    r = np.array([math.log(f(_overrides(e, params, x)) / pub) for e, pub, f in targets])
+    r = _residuals(targets, params, x, published)
     jac = np.zeros((len(targets), len(params)))
     for j, p in enumerate(params):
         h = p.step if x[j] + p.step <= p.high else -p.step
