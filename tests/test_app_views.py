@@ -174,7 +174,11 @@ def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
     name = "kimi-k2.6-kv-formats"
     at = page(name, "What-if")
     engine = at.selectbox(key=key(name, "engine"))
-    assert engine.value == "sglang-0.5" and engine.options == ["sglang-0.5", "vllm-0.x"]
+    assert engine.value == "sglang-0.5" and engine.options == [
+        "sglang-0.5",
+        "vllm-0.x",
+        "engines/gpustack-glm-5.2.yaml",
+    ]
     assert not any("--set engine=" in h.proto.body for h in at.get("html"))  # the study's own: no override
     engine.set_value("vllm-0.x").run()
     assert any("--set engine=vllm-0.x" in h.proto.body for h in at.get("html"))
