@@ -111,21 +111,23 @@ def fit(
     start = np.array([p.start for p in params])
     box = _Box(np.array([p.low for p in params]), np.array([p.high for p in params]), start, prior)
     x = start.copy()
+    r = _residuals(targets, params, x, published)
     for _ in range(ITERATIONS):
-        r, jac = _linearise(targets, params, x, published)
+        jac = _jacobian(targets, params, x, published, r)
         dx = _solve(r, jac, x, box, np.ones(len(r), dtype=bool))
         now = _cost(r, x, box)
         for _ in range(BACKTRACKS):  # the linearised step, kept only where the simulated error falls
             trial = np.clip(x + dx, box.low, box.high)
-            if _cost(_residuals(targets, params, trial, published), trial, box) <= now:
+            r_trial = _residuals(targets, params, trial, published)
+            if _cost(r_trial, trial, box) <= now:
                 break
             dx = dx / 2
         else:
             break  # no step along this direction lowers the error: x is the fit
-        x = trial
+        x, r = trial, r_trial
         if np.all(np.abs(dx) <= TOLERANCE * (box.high - box.low)):
             break
-    r, jac = _linearise(targets, params, x, published)
+    jac = _jacobian(targets, params, x, published, r)
     predicted = [f(_overrides(engine, params, x)) for engine, _, f in targets]
     group = np.array(range(len(targets)) if groups is None else groups)
     loo = []
@@ -161,11 +163,10 @@ def _cost(r: np.ndarray, x: np.ndarray, box: _Box) -> float:
     return float(r @ r + pull @ pull)
 
 
-def _linearise(
-    targets: Sequence[Target], params: Sequence[Parameter], x: np.ndarray, published: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Log errors at x and their finite-difference Jacobian (a step towards the inside of the bounds)."""
-    r = _residuals(targets, params, x, published)
+def _jacobian(
+    targets: Sequence[Target], params: Sequence[Parameter], x: np.ndarray, published: np.ndarray, r: np.ndarray
+) -> np.ndarray:
+    """The finite-difference Jacobian of the log errors `r` at x (a step towards the inside of the bounds)."""
     jac = np.zeros((len(targets), len(params)))
     for j, p in enumerate(params):
         h = p.step if x[j] + p.step <= p.high else -p.step
@@ -174,7 +175,7 @@ def _linearise(
         for i, (e, pub, f) in enumerate(targets):
             if e in p.engines:
                 jac[i, j] = (math.log(f(_overrides(e, params, xj)) / pub) - r[i]) / h
-    return r, jac
+    return jac
 
 
 def _solve(r: np.ndarray, jac: np.ndarray, x: np.ndarray, box: _Box, rows: np.ndarray) -> np.ndarray:
