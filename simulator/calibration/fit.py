@@ -84,7 +84,7 @@ GROUPS = (
         "fused MoE, INT4 weight-only, Marlin (TP x EP = 8)",
         ("fused_moe",),
         lambda s: s["weights"] == "int4" and s["tp"] * s["ep"] == 8,
-        ("mem_eff_int4", "int4_mma_factor"),
+        ("mem_eff_int4", "mma_eff_int4_moe"),
     ),
     Group("all-reduce", ("allreduce",), lambda s: True, ("allreduce_latency_us", "nvlink_eff")),
     Group("all-gather", ("allgather",), lambda s: True, ("latency_allgather_us", "nvlink_eff_allgather")),

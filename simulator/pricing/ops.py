@@ -686,7 +686,7 @@ def profile_shapes(models_pools: Iterable[tuple[ModelSpec, Pool]]) -> dict[str, 
             shapes = seen.setdefault(op.family, set())
             shapes.add(op.shape)
             shapes.update(Op.of(op.family, **g).shape for g in _grid(op.family, op.params, local_experts))
-    return {family: [dict(s) for s in sorted(shapes)] for family, shapes in seen.items()}
+    return {family: [dict(s) for s in sorted(shapes)] for family, shapes in sorted(seen.items())}
 
 
 def _study_steps(model: ModelSpec, pool: Pool) -> Iterable[list[Op]]:

@@ -2,6 +2,8 @@
 
     time = max(bytes / (copy_gbs × mem_eff) × mem_factor, flops_padded / (rate × mma_eff)) + kernels × floor
 
+(a kernel that does not hide its math under its loads — Marlin's W4A16 grouped GEMM — adds the two terms).
+
 A pure bytes/FLOPs bound is an order of magnitude too optimistic at small batch, where a step is hundreds of
 small kernels, each paying a launch and a tail, plus two all-reduces per layer that pay their latency. The
 floors and the achieved-efficiency factors below are what make the fallback usable; every one says where its
@@ -64,6 +66,14 @@ MMA_EFF_DECODE_ATTN = 0.50
 # costs ~15–25% of the BF16 rate (Marlin/Machete papers report W4A16 at large batch within ~10–20% of FP16;
 # a Triton kernel does worse): 0.80.
 INT4_MMA_FACTOR = 0.80
+# Marlin's W4A16 fused MoE (what SGLang and vLLM run for INT4 experts) is built around Ampere's mma.sync
+# (IST-DASLab/marlin_artifact README: "MARLIN is not yet optimized for Hopper"): on Hopper its dequantize and
+# multiply do not hide under the weight stream, and its work follows the token rows an expert really has (tokens
+# sit on the MMA's narrow side), so its time is bytes/bandwidth + FLOPs/rate on unpadded rows. Fitted to
+# AIConfigurator's measured H200 Marlin MoE tables (docs/calibration.md): log rms 0.138 against 0.200 for the
+# overlapped, tile-padded form, which cannot give the measured crossover (INT4 no faster than FP8 from ~320 tokens
+# per rank at TP8, half its speed at prefill sizes). Default: a quarter of the BF16 rate (judgement).
+MMA_EFF_INT4_MOE = 0.25
 # FP8 KV decode: half the bytes, but each loaded tile is dequantized (and scaled) before the BF16 dot.
 # KERNELS.md: FP8 KV is often *slower* than BF16 unless dequant is once per tile; a kernel that does it once
 # per tile still pays ~25% on its memory time (judgement): FP8 ends at ~0.63× BF16 time at long context.
@@ -121,6 +131,7 @@ class Factors:
     mma_eff_prefill_attn: float = MMA_EFF_PREFILL_ATTN
     mma_eff_decode_attn: float = MMA_EFF_DECODE_ATTN
     int4_mma_factor: float = INT4_MMA_FACTOR
+    mma_eff_int4_moe: float = MMA_EFF_INT4_MOE
     fp8_kv_dequant_factor: float = FP8_KV_DEQUANT_FACTOR
     nvlink_eff: float = NVLINK_EFF
     floor_gemm_us: float | None = None
@@ -191,6 +202,7 @@ class Work:
     mma_eff: float
     mem_factor: float = 1.0
     kernels: int = 1
+    overlapped: bool = True  # loads and math run at once (the slower sets the time); False: one after the other
 
 
 # Scalars stay Python floats (a step prices dozens of scalar ops; numpy's per-call overhead would dominate).
@@ -231,8 +243,12 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         )
     if family == "moe_gemm":
         t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
-        rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
         wb = e * n * k * weight_bytes(w, s["group"])
+        if w == "int4":  # Marlin W4A16: unpadded rows on BF16 tensor cores, math after the loads (MMA_EFF_INT4_MOE)
+            flops = 2.0 * t * n * k
+            mem_eff = f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm
+            return Work(wb + t * (n + k) * 2, flops, flops, "bf16", mem_eff, f.mma_eff_int4_moe, overlapped=False)
+        rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
         return Work(
             wb + t * (n + k) * 2,
             2.0 * t * n * k,
@@ -321,11 +337,14 @@ def _collective_bytes(family: str, s: Mapping[str, Any]) -> Any:
 
 
 def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, Any, float]:
-    """The memory time, the tensor-core time and the launch floors of one op (not a collective)."""
+    """The memory time, the tensor-core time and the launch floors of one op (not a collective); for a kernel
+    whose math does not overlap its loads, the memory term carries both (its time is then that term + floors)."""
     f = factors(hw)
     w = work(family, s, f)
     mem = w.bytes / (hw.copy_gbs * w.mem_eff * 1e3) * w.mem_factor
     mma = w.padded_flops / (_rate_tflops(w.rate, hw, f) * w.mma_eff * 1e6)
+    if not w.overlapped:
+        return mem + mma, 0.0 * mma, w.kernels * floor_us(family, f, hw)
     return mem, mma, w.kernels * floor_us(family, f, hw)
 
 
