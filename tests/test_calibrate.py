@@ -15,7 +15,7 @@ from cli_helpers import run_cli
 
 from simulator.calibration import bench_files, bench_traffic, engine_fit
 from simulator.calibration.bench_run import BenchRun, Latency, Lengths, Load, StatedConfig
-from simulator.config import loader
+from simulator.config import loader, presets
 from simulator.engine.run import simulate
 from simulator.errors import InputError
 
@@ -96,7 +96,8 @@ def test_report_states_before_after_and_band(tmp_path: Path, monkeypatch, capsys
     )
     assert code == 0, text
     text = " ".join(text.split())  # the report wraps at the piped width
-    assert "host_step_us: 5859 →" in text and "(fitted)" in text
+    start = presets.engine("sglang-0.5")["host_step_us"]  # the fit starts at the preset's value
+    assert f"host_step_us: {start:g} →" in text and "(fitted)" in text
     assert "not shown by these runs" in text  # dp_sync_us and the rest
     assert "leave-one-out" not in text.split("median |error|")[0]  # three runs: no leave-one-out column
     assert "fewer than 4 runs: no leave-one-out" in text

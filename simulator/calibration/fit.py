@@ -75,10 +75,16 @@ GROUPS = (
         ("mma_eff_prefill_attn", "floor_prefill_attn_us"),
     ),
     Group(
-        "fused MoE, BF16 and block FP8 (8 GPUs: TP x EP = 8)",
+        "fused MoE, BF16 (8 GPUs: TP x EP = 8)",
         ("fused_moe",),
-        lambda s: s["weights"] in ("bf16", "fp8") and s["tp"] * s["ep"] == 8,
+        lambda s: s["weights"] == "bf16" and s["tp"] * s["ep"] == 8,
         ("mem_eff_moe", "mma_eff_moe", "floor_moe_us"),
+    ),
+    Group(
+        "fused MoE, block FP8 (8 GPUs: TP x EP = 8; the BF16 group's launch floor)",
+        ("fused_moe",),
+        lambda s: s["weights"] == "fp8" and s["tp"] * s["ep"] == 8,
+        ("mem_eff_moe_fp8", "mma_eff_moe_fp8"),
     ),
     Group(
         "fused MoE, INT4 weight-only, Marlin (TP x EP = 8)",
@@ -171,8 +177,13 @@ def _log_residuals(batches: list[Batch], hw: HardwareSpec) -> np.ndarray:
     return np.concatenate([np.log(np.broadcast_to(roofline.op_us(f, s, hw), us.shape) / us) for f, s, us in batches])
 
 
-# Where a factor whose default is "the all-reduce's" starts: the all-reduce's documented defaults.
-_STARTS = {"latency_allgather_us": "allreduce_latency_us", "nvlink_eff_allgather": "nvlink_eff"}
+# Where a factor whose default is another's (the all-reduce's, the BF16 kernel's) starts: that one's default.
+_STARTS = {
+    "latency_allgather_us": "allreduce_latency_us",
+    "nvlink_eff_allgather": "nvlink_eff",
+    "mem_eff_moe_fp8": "mem_eff_moe",
+    "mma_eff_moe_fp8": "mma_eff_moe",
+}
 
 
 def _default(name: str, hw: HardwareSpec) -> float:

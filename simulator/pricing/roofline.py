@@ -136,6 +136,10 @@ class Factors:
     nvlink_eff: float = NVLINK_EFF
     floor_gemm_us: float | None = None
     floor_moe_us: float | None = None
+    # The block-FP8 fused MoE's own shares where a fit gave them (SGLang's w8a8 block kernel is its own Triton
+    # kernel with its own tuned configs, not the BF16 one); None: the BF16 kernel's (`mem_eff_moe`, `mma_eff_moe`).
+    mem_eff_moe_fp8: float | None = None
+    mma_eff_moe_fp8: float | None = None
     floor_decode_attn_us: float | None = None
     floor_prefill_attn_us: float | None = None
     # The all-gather's own latency and link share where a fit gave them (NCCL's all-gather is not the custom
@@ -249,14 +253,13 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             mem_eff = f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm
             return Work(wb + t * (n + k) * 2, flops, flops, "bf16", mem_eff, f.mma_eff_int4_moe, overlapped=False)
         rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
-        return Work(
-            wb + t * (n + k) * 2,
-            2.0 * t * n * k,
-            2.0 * rows * n * k,
-            formats.tensor_core(w),
-            f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm if w in formats.GROUPED else f.mem_eff_moe,
-            f.mma_eff_moe,
-        )
+        mem_eff, mma_eff = f.mem_eff_moe, f.mma_eff_moe
+        if w == "fp8":
+            mem_eff = mem_eff if f.mem_eff_moe_fp8 is None else f.mem_eff_moe_fp8
+            mma_eff = mma_eff if f.mma_eff_moe_fp8 is None else f.mma_eff_moe_fp8
+        elif w in formats.GROUPED:
+            mem_eff = f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm
+        return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, formats.tensor_core(w), mem_eff, mma_eff)
     if family == "decode_attention_mla":
         h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
         flops = 2.0 * b * c * (MLA_LATENT + MLA_NOPE)
