@@ -719,3 +719,20 @@ def _main() -> None:
             err=True,
         )
         sys.exit(2)
+    except RuntimeError as e:  # a SIGTERM raised inside code that wraps it (e.g. a class body's __set_name__)
+        if not _caused_by_terminated(e):
+            raise
+        click.echo("error: terminated (SIGTERM)", err=True)
+        sys.exit(143)
+
+
+def _caused_by_terminated(e: BaseException) -> bool:
+    """Whether `Terminated` is in the exception's cause or context chain."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, Terminated):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False

@@ -187,3 +187,18 @@ def _wait_for_sigterm_handler(p: subprocess.Popen, timeout_s: float = 20.0) -> N
         if int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)):
             return
         time.sleep(0.002)
+
+
+def test_a_sigterm_wrapped_by_the_code_it_interrupted_is_still_a_termination() -> None:
+    """A SIGTERM raised inside a class body's __set_name__ (matplotlib's import) arrives as a RuntimeError whose
+    cause is `Terminated`: the CLI answers it as a termination, not a traceback."""
+    from phaseplan.cli import Terminated, _caused_by_terminated
+
+    try:
+        try:
+            raise Terminated
+        except Terminated as t:
+            raise RuntimeError("Error calling __set_name__") from t
+    except RuntimeError as e:
+        assert _caused_by_terminated(e)
+    assert not _caused_by_terminated(RuntimeError("unrelated"))
