@@ -65,6 +65,27 @@ def test_bad_yaml_and_a_missing_case_are_one_line(
     assert code == 2 and "--case no-such-case: no such case" in err and err.count("\n") == 1
 
 
+def test_a_suite_kept_elsewhere_builds_on_the_bundled_scenarios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Held-out cases outside the repo name a bundled scenario by its repo path; with no fit.yaml nothing is
+    fitted, so the case predicts what it predicts in the bundled suite (the presets hold the fitted values)."""
+    name = "qwen3-8b-h100-vllm-bf16-c4"
+    held = tmp_path / "held-out"
+    (held / "cases").mkdir(parents=True)
+    shutil.copy(suite.SUITE / "cases" / f"{name}.yaml", held / "cases")
+    code, out, err = invoke(monkeypatch, capsys, "validate", "--suite", str(held), "--json")
+    assert code == 0, err
+    got = json.loads(out)["cases"][0]
+    code, out, _ = invoke(monkeypatch, capsys, "validate", "--case", name, "--json")
+    assert code == 0 and got["predicted"] == json.loads(out)["cases"][0]["predicted"]
+    (held / "cases" / f"{name}.yaml").write_text(
+        (suite.SUITE / "cases" / f"{name}.yaml").read_text().replace("base: validation/", "base: nowhere/")
+    )
+    code, _, err = invoke(monkeypatch, capsys, "validate", "--suite", str(held))
+    assert code == 2 and err.count("\n") == 1 and "base: no scenario file nowhere/" in err, err
+
+
 def test_json_fields_and_summary_agree(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     ids = ("qwen3-8b-h100-vllm-bf16-c4", "dsv3-h100-ep72-decode", "dsv3-h100-ep72-tbo-gain")
     args = [a for i in ids for a in ("--case", i)]

@@ -18,6 +18,8 @@ from simulator.config import loader, safe_yaml
 from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
 
+REPO = Path(__file__).resolve().parents[2]  # the bundled suite's scenarios live under validation/scenarios/ here
+
 Engine = Literal["sglang-0.5", "vllm-0.x"]
 # Where a throughput is counted: per GPU, per node (8 GPUs on the presets), per DP rank, per instance, or over
 # every instance of the pool (a cluster's total).
@@ -132,7 +134,9 @@ class Case:
 
 
 def load(path: Path, root: Path) -> Case:
-    """Read and check one case file; `root` is the folder a `base` scenario path is relative to (the repo)."""
+    """Read and check one case file; `root` is the folder a `base` scenario path is relative to (the suite's
+    parent: the repo for the bundled suite). A suite kept elsewhere (held-out cases) may also build on the bundled
+    scenarios by their repo path (`validation/scenarios/...`), so a base not under `root` is looked up there."""
     data, lines = loader.parse_text(safe_yaml.read_text(path), str(path), "validation case")
     try:
         spec = CaseFile.model_validate(data)
@@ -145,9 +149,12 @@ def load(path: Path, root: Path) -> Case:
         sub = {k[1:]: v for k, v in lines.items() if k[:1] == ("scenario",) and len(k) > 1}
     else:
         assert spec.base is not None
-        base = root / spec.base
-        if not base.is_file():
-            raise InputError(f"{path}: line {lines.get(('base',), 1)}: base: no scenario file {spec.base}")
+        base = next((b for b in (root / spec.base, REPO / spec.base) if b.is_file()), None)
+        if base is None:
+            raise InputError(
+                f"{path}: line {lines.get(('base',), 1)}: base: no scenario file {spec.base} (looked in {root} "
+                f"and {REPO})"
+            )
         scenario, sub = loader.read_yaml(base)
         try:
             scenario = loader.apply_overrides(scenario, {str(k): v for k, v in spec.set.items()})
