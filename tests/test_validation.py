@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from simulator.config.specs import EngineSpec
+from simulator.results.record import RequestRecord
 from simulator.validation import case, fit, measure, suite
 from tests.cli_helpers import invoke
 
@@ -84,6 +85,49 @@ def test_a_suite_kept_elsewhere_builds_on_the_bundled_scenarios(
     )
     code, _, err = invoke(monkeypatch, capsys, "validate", "--suite", str(held))
     assert code == 2 and err.count("\n") == 1 and "base: no scenario file nowhere/" in err, err
+
+
+def test_served_figures_are_bench_serves_arithmetic() -> None:
+    """Each serving figure restated by hand on three requests (arrival, first token, finish in s)."""
+    done = [
+        RequestRecord(0, 0.0, 100, 11, first_token=0.5, finish=1.5, status="completed"),
+        RequestRecord(1, 0.5, 200, 21, first_token=1.0, finish=3.0, status="completed"),
+        RequestRecord(2, 1.0, 300, 5, first_token=2.0, finish=2.4, status="completed"),
+    ]
+    span = 3.0 - 0.0
+    tpot = [1.0 / 10 * 1e3, 2.0 / 20 * 1e3, 0.4 / 4 * 1e3]
+    ttft, e2el = [500.0, 500.0, 1000.0], [1500.0, 2500.0, 1400.0]
+    want = {
+        "output_tok_s": 37 / span,
+        "input_tok_s": 600 / span,
+        "total_tok_s": 637 / span,
+        "request_throughput": 3 / span,
+        "mean_tpot_ms": sum(tpot) / 3,
+        "median_tpot_ms": sorted(tpot)[1],
+        "p99_tpot_ms": sorted(tpot)[1] + 0.98 * (sorted(tpot)[2] - sorted(tpot)[1]),
+        "mean_itl_ms": (1.0 + 2.0 + 0.4) * 1e3 / (10 + 20 + 4),
+        "mean_ttft_ms": sum(ttft) / 3,
+        "median_ttft_ms": 500.0,
+        "p99_ttft_ms": 500.0 + 0.98 * 500.0,
+        "mean_e2el_ms": sum(e2el) / 3,
+        "median_e2el_ms": 1500.0,
+        "duration_s": span,
+    }
+    assert set(want) == set(case.KIND_METRICS["serve"])
+    for metric, value in want.items():
+        assert measure.served(done, metric) == pytest.approx(value), metric
+
+
+def test_mean_itl_under_speculation_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = "glm-5-h200-sglang-tp8-eagle-c1"
+    (tmp_path / "cases").mkdir()
+    text = (suite.SUITE / "cases" / f"{name}.yaml").read_text()
+    assert "metric: mean_tpot_ms\n" in text
+    (tmp_path / "cases" / f"{name}.yaml").write_text(text.replace("metric: mean_tpot_ms\n", "metric: mean_itl_ms\n"))
+    code, out, err = invoke(monkeypatch, capsys, "validate", "--suite", str(tmp_path))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "mean_itl_ms under speculation" in err, err
 
 
 def test_json_fields_and_summary_agree(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,11 +26,18 @@ Engine = Literal["sglang-0.5", "vllm-0.x"]
 Per = Literal["gpu", "node", "rank", "instance", "pool"]
 Metric = Literal[
     "output_tok_s",  # output tokens per second
-    "input_tok_s",  # prompt tokens per second (prefill)
+    "input_tok_s",  # prompt tokens per second (prefill; served: a benchmark's "Input token throughput")
     "total_tok_s",  # prompt and output tokens per second (a serving benchmark's "Total Token throughput")
+    "request_throughput",  # completed requests per second ("Request throughput (req/s)")
     "mean_tpot_ms",  # per request (finish - first token) / (output - 1), averaged over requests
     "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",  # every gap between two streamed tokens, pooled (one token a chunk: no speculation)
     "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_e2el_ms",  # arrival to last token ("Mean E2EL")
+    "median_e2el_ms",
     "duration_s",  # first arrival to last completion (a benchmark's "Benchmark duration")
     "step_ms",  # one decode step (inter-token latency of a filled batch without speculation)
     "ratio",  # one measurement over the same measurement of another configuration
@@ -38,7 +45,22 @@ Metric = Literal[
 KIND_METRICS = {
     "decode_batch": ("output_tok_s", "step_ms"),
     "prefill_batch": ("input_tok_s",),
-    "serve": ("output_tok_s", "total_tok_s", "mean_tpot_ms", "median_tpot_ms", "mean_ttft_ms", "duration_s"),
+    "serve": (
+        "output_tok_s",
+        "input_tok_s",
+        "total_tok_s",
+        "request_throughput",
+        "mean_tpot_ms",
+        "median_tpot_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "mean_e2el_ms",
+        "median_e2el_ms",
+        "duration_s",
+    ),
     "ratio": ("ratio",),
 }
 

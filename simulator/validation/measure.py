@@ -23,6 +23,7 @@ import numpy as np
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.run import simulate
 from simulator.engine.timer import HostTime
+from simulator.errors import InputError
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
@@ -42,6 +43,11 @@ def predict(case: Case, overrides: dict[str, Any]) -> float:
         return _pool_figure(sc, how.of, unit) / _pool_figure(other, how.of, unit)
     if isinstance(how, DecodeBatch | PrefillBatch):
         return _pool_figure(sc, how, metric)
+    if metric == "mean_itl_ms" and any(p.speculative for p in sc.deployment.pools().values()):
+        raise InputError(
+            f"{case.path}: metric: mean_itl_ms under speculation: a benchmark's chunks then carry several tokens, "
+            "which the model does not stream; use mean_tpot_ms"
+        )
     done = [r for r in simulate(sc, ROOT)[1].requests if r.status == "completed"]
     return served(done, metric)
 
@@ -91,18 +97,30 @@ def _scale(pool: Pool, gpus_per_node: int, per: Per) -> float:
 
 
 def served(done: list[RequestRecord], metric: str) -> float:
-    """A serving benchmark's figure over the completed requests (times in seconds since the run began)."""
+    """A serving benchmark's figure over the completed requests (times in seconds since the run began), computed
+    as vLLM's and SGLang's bench_serve compute it: a p99 is numpy's linear percentile; the mean ITL pools every
+    gap between two streamed tokens (one token a chunk, as a run without speculation streams)."""
     if not done:
         return math.nan
     start, end = min(r.arrival for r in done), max(r.finish for r in done)
     tpots = [(r.finish - r.first_token) / (r.output - 1) * 1e3 for r in done if r.output > 1]
+    ttfts = [(r.first_token - r.arrival) * 1e3 for r in done]
+    e2els = [(r.finish - r.arrival) * 1e3 for r in done]
+    gaps = sum(r.output - 1 for r in done)
     figures = {
         "output_tok_s": lambda: sum(r.output for r in done) / (end - start),
+        "input_tok_s": lambda: sum(r.prompt for r in done) / (end - start),
         "total_tok_s": lambda: sum(r.prompt + r.output for r in done) / (end - start),
-        "mean_tpot_ms": lambda: statistics.fmean(tpots),
-        "median_tpot_ms": lambda: statistics.median(tpots),
-        "mean_ttft_ms": lambda: statistics.fmean((r.first_token - r.arrival) * 1e3 for r in done),
-        "median_ttft_ms": lambda: statistics.median((r.first_token - r.arrival) * 1e3 for r in done),
+        "request_throughput": lambda: len(done) / (end - start),
+        "mean_tpot_ms": lambda: statistics.fmean(tpots) if tpots else math.nan,
+        "median_tpot_ms": lambda: statistics.median(tpots) if tpots else math.nan,
+        "p99_tpot_ms": lambda: np.percentile(tpots, 99) if tpots else math.nan,
+        "mean_itl_ms": lambda: sum(r.finish - r.first_token for r in done) * 1e3 / gaps if gaps else math.nan,
+        "mean_ttft_ms": lambda: statistics.fmean(ttfts),
+        "median_ttft_ms": lambda: statistics.median(ttfts),
+        "p99_ttft_ms": lambda: np.percentile(ttfts, 99),
+        "mean_e2el_ms": lambda: statistics.fmean(e2els),
+        "median_e2el_ms": lambda: statistics.median(e2els),
         "duration_s": lambda: end - start,
     }
     return float(figures[metric]())
