@@ -247,11 +247,10 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         )
     if family == "moe_gemm":
         t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
-        wb = e * n * k * weight_bytes(w, s["group"])
+        bytes_ = e * n * k * weight_bytes(w, s["group"]) + t * (n + k) * 2
+        flops = 2.0 * t * n * k
         grouped_mem_eff = f.mem_eff_int4 * f.mem_eff_moe / f.mem_eff_gemm  # a 4-bit stream at the MoE's share
         if w == "int4":  # Marlin W4A16: unpadded rows on BF16 tensor cores, math after the loads (MMA_EFF_INT4_MOE)
-            flops = 2.0 * t * n * k
-            bytes_ = wb + t * (n + k) * 2
             return Work(bytes_, flops, flops, "bf16", grouped_mem_eff, f.mma_eff_int4_moe, overlapped=False)
         rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
         mem_eff, mma_eff = f.mem_eff_moe, f.mma_eff_moe
@@ -260,7 +259,7 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             mma_eff = mma_eff if f.mma_eff_moe_fp8 is None else f.mma_eff_moe_fp8
         elif w in formats.GROUPED:
             mem_eff = grouped_mem_eff
-        return Work(wb + t * (n + k) * 2, 2.0 * t * n * k, 2.0 * rows * n * k, formats.tensor_core(w), mem_eff, mma_eff)
+        return Work(bytes_, flops, 2.0 * rows * n * k, formats.tensor_core(w), mem_eff, mma_eff)
     if family == "decode_attention_mla":
         h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
         flops = 2.0 * b * c * (MLA_LATENT + MLA_NOPE)

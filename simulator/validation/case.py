@@ -18,7 +18,7 @@ from simulator.config import loader, safe_yaml
 from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
 
-REPO = Path(__file__).resolve().parents[2]  # the bundled suite's scenarios live under validation/scenarios/ here
+REPO = Path(__file__).resolve().parents[2]  # the repo: the bundled suite (validation/) and its scenarios
 
 Engine = Literal["sglang-0.5", "vllm-0.x"]
 # Where a throughput is counted: per GPU, per node (8 GPUs on the presets), per DP rank, per instance, or over

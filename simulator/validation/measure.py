@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,9 +27,9 @@ from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
 from simulator.results.record import RequestRecord
-from simulator.validation.case import Case, DecodeBatch, Per, PrefillBatch, Ratio
+from simulator.validation.case import REPO, Case, DecodeBatch, Per, PrefillBatch, Ratio
 
-ROOT = Path(__file__).resolve().parents[2]  # a scenario's relative files (profiles, traces) resolve from the repo
+ROOT = REPO  # a scenario's relative files (profiles, traces) resolve from the repo
 
 
 def predict(case: Case, overrides: dict[str, Any]) -> float:

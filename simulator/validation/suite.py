@@ -18,7 +18,7 @@ from typing import Any
 from simulator.errors import InputError
 from simulator.validation import case, fit, measure
 
-SUITE = Path(__file__).resolve().parents[2] / "validation"
+SUITE = case.REPO / "validation"
 COLUMNS = ("id", "engine", "engine_version", "how", "metric", "unit", "published", "predicted", "error", "loo_error")
 
 
