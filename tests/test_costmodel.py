@@ -110,6 +110,26 @@ def test_glm5_dsa_ops() -> None:
     assert fp8_gemms > 0 and c["elementwise"] > fp8_gemms
 
 
+def test_sparse_prefill_attention_runs_heads_in_the_kernels_blocks() -> None:
+    """FlashMLA's sparse kernel computes a rank's heads in blocks of 64 on Hopper (128 on Blackwell): DeepSeek-V3.2
+    at TP8 (16 heads a rank) pays for 64, the dense prefill kernel only for the heads it has."""
+    sparse = {"kv_heads": 1, "qk_dim": 576, "v_dim": 512, "tokens": 2000, "context": 2000, "topk": 2048}
+    b200 = HardwareSpec(**presets.hardware("b200"))
+
+    def mma(heads: int, hw: HardwareSpec = H200, **over: int) -> float:
+        return roofline.terms_us("prefill_attention", {**sparse, "heads": heads, **over}, hw)[1]
+
+    assert mma(16) == pytest.approx(mma(64)) and mma(128) == pytest.approx(2 * mma(64))
+    assert mma(16, b200) == pytest.approx(mma(128, b200))
+    # The FLOPs the heads need stay the unpadded ones (what an ideal kernel would do).
+    w16 = roofline.work("prefill_attention", {**sparse, "heads": 16})
+    assert w16.padded_flops == pytest.approx(4 * w16.flops)
+    dense = {"kv_heads": 16, "qk_dim": 192, "v_dim": 128, "tokens": 2000, "context": 2000, "topk": 0}
+    assert roofline.work("prefill_attention", {**dense, "heads": 16}).padded_flops == pytest.approx(
+        roofline.work("prefill_attention", {**dense, "heads": 16}).flops
+    )
+
+
 def test_gqa_replicates_kv_heads_beyond_tp() -> None:
     ops = step_ops(LLAMA, Pool(tp=16), 4, 1000, (), 0)
     attn = only(ops, "decode_attention_gqa").params

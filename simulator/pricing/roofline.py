@@ -81,6 +81,13 @@ FP8_KV_DEQUANT_FACTOR = 1.25
 # Tensor-core tiles have at least 16 rows: decode attention's query heads per KV head (MLA: all heads of a
 # rank) and MoE's tokens per expert are padded up to it (KERNELS.md: "so the dot has M ≥ 16").
 MIN_TILE_M = 16
+# FlashMLA's sparse attention (DeepSeek Sparse Attention's prefill kernel, flash_mla_sparse_fwd, which SGLang and
+# vLLM both run) computes a rank's query heads in blocks of 64 on Hopper, so under TP a rank with fewer heads pads
+# them: vllm-project/vllm vllm/v1/attention/backends/mla/flashmla_sparse.py ("kernel requires num_local_head to be
+# a multiple of 64 on hopper and 128 on blackwell"), a padding vLLM's DeepSeek-V3.2 tracking issue #31473 lists as
+# prefill work ("Support TP without padding — update kernel to support head counts of 16 and remove padding
+# logic"). DeepSeek-V3.2 at TP8 (16 heads a rank) runs 4x its heads' FLOPs.
+SPARSE_ATTN_HEAD_BLOCK = 64
 # NCCL all-reduce on 8 NVLink-connected Hopper GPUs reaches ~400 GB/s bus bandwidth at large messages against
 # the 900 GB/s nameplate (nccl-tests on DGX H100/H200): 0.45.
 NVLINK_EFF = 0.45
@@ -133,6 +140,7 @@ class Factors:
     int4_mma_factor: float = INT4_MMA_FACTOR
     mma_eff_int4_moe: float = MMA_EFF_INT4_MOE
     fp8_kv_dequant_factor: float = FP8_KV_DEQUANT_FACTOR
+    sparse_attn_head_block: int = SPARSE_ATTN_HEAD_BLOCK
     nvlink_eff: float = NVLINK_EFF
     floor_gemm_us: float | None = None
     floor_moe_us: float | None = None
@@ -289,10 +297,11 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
     if family == "prefill_attention":
         h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
         flops = 2.0 * h * _causal_pairs(t, c, s["topk"]) * (dq + dv)
+        block = f.sparse_attn_head_block if s["topk"] else 1  # the sparse kernel's head blocks (above)
         return Work(
             t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2,
             flops,
-            flops,
+            flops * (-(-h // block) * block) / h,
             "bf16",
             f.mem_eff_decode_attn,
             f.mma_eff_prefill_attn,
