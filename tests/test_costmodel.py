@@ -130,6 +130,34 @@ def test_sparse_prefill_attention_runs_heads_in_the_kernels_blocks() -> None:
     )
 
 
+def test_an_engines_fp8_gemm_factor_scales_only_block_fp8_tensor_core_time() -> None:
+    """vLLM's block-FP8 kernels are not the ones the roofline was fitted to: a pool's `fp8_gemm_mma_factor` takes
+    their tensor-core time times the factor (memory time and BF16 GEMMs untouched)."""
+    slow = H200.model_copy(
+        update={
+            "roofline": H200.roofline.model_copy(
+                update={"factors": {**H200.roofline.factors, "fp8_gemm_mma_factor": 2.0}}
+            )
+        }
+    )
+    gemm = {"m": 8192, "n": 4096, "k": 7168, "batch": 1, "group": 0}
+    moe = {"tokens": 2048, "experts": 8, "n": 4096, "k": 7168, "group": 0}
+    for family, shape in (("gemm", gemm), ("moe_gemm", moe)):
+        mem, mma, floor = roofline.terms_us(family, {**shape, "weights": "fp8"}, H200)
+        mem2, mma2, floor2 = roofline.terms_us(family, {**shape, "weights": "fp8"}, slow)
+        assert (mem2, floor2) == (mem, floor) and mma2 == pytest.approx(2 * mma)
+        assert roofline.terms_us(family, {**shape, "weights": "bf16"}, slow) == roofline.terms_us(
+            family, {**shape, "weights": "bf16"}, H200
+        )
+    # Through a pool: the cost model hands the engine's factor to the roofline.
+    pool = Pool(tp=8, weights="fp8")
+    base = CostModel(GLM5, H200, pool, Profile.roofline(H200), False)
+    vllm = CostModel(GLM5, H200, pool.model_copy(update={"fp8_gemm_mma_factor": 2.0}), Profile.roofline(H200), False)
+    b, v = base.breakdown(0, 0, 0, [(8192, 0)]), vllm.breakdown(0, 0, 0, [(8192, 0)])
+    assert v["gemm"] > b["gemm"] and v["moe_gemm"] > b["moe_gemm"]
+    assert v["prefill_attention"] == b["prefill_attention"] and v["allreduce"] == b["allreduce"]
+
+
 def test_gqa_replicates_kv_heads_beyond_tp() -> None:
     ops = step_ops(LLAMA, Pool(tp=16), 4, 1000, (), 0)
     attn = only(ops, "decode_attention_gqa").params

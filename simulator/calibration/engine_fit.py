@@ -57,6 +57,7 @@ TERMS = (
     Term("tbo_hidden_share", 0.0, 1.0, 0.02, "the share of the all-to-alls two-batch overlap hides"),
     Term("fp8_kv_read_factor", 0.5, 4.0, 0.05, "the cost of reading an FP8 KV cache in decode attention"),
     Term("decode_graph_floor_us", 0.5, 30.0, 0.5, "the least a decode kernel costs under CUDA graphs"),
+    Term("fp8_gemm_mma_factor", 0.5, 4.0, 0.05, "the tensor-core time of the engine's block-FP8 GEMMs"),
 )
 
 

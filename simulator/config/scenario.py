@@ -118,6 +118,11 @@ class Pool(Strict):
     fp8_kv_read_factor: PositiveFloat | None = Field(
         None, description="Factor on decode attention's memory time reading an FP8 cache; null: the roofline's own."
     )
+    # Block-FP8 GEMMs and grouped expert GEMMs take this factor on their tensor-core time: an engine whose kernels
+    # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.
+    fp8_gemm_mma_factor: PositiveFloat | None = Field(
+        None, description="Factor on block-FP8 GEMMs' tensor-core time (the engine's kernels); null: the roofline's."
+    )
     # MoE engine behaviour (docs/calibration.md §3). Shared experts run on a second CUDA stream beside the
     # routed experts in decode (SGLang's DeepseekV2MoE dual stream up to 1,024 tokens, without DeepEP; TRT-LLM's
     # maybe_execute_in_parallel; AIConfigurator's `generation_moe_overlap`): the layer takes the longer stream.

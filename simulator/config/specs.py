@@ -217,6 +217,9 @@ class EngineSpec(Strict):
     fp8_kv_read_factor: PositiveFloat | None = Field(
         None, description="Factor on decode attention's memory time reading an FP8 cache; null: the roofline's own."
     )
+    fp8_gemm_mma_factor: PositiveFloat | None = Field(
+        None, description="Factor on block-FP8 GEMMs' tensor-core time (the engine's kernels); null: the roofline's."
+    )
     shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
     fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
     host_step_us: NonNegativeFloat = Field(0.0, description="µs of CPU scheduling work per step.")
@@ -239,6 +242,7 @@ class EngineSpec(Strict):
     TERMS: ClassVar[tuple[str, ...]] = (
         "decode_graph_floor_us",
         "fp8_kv_read_factor",
+        "fp8_gemm_mma_factor",
         "shared_expert_overlap",
         "fuse_elementwise",
         "host_step_us",

@@ -59,8 +59,11 @@ class CostModel:
     """Prices steps of one instance of `pool` (model, hardware, formats) from `profile`."""
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, pool: Pool, profile: Profile, integrity: bool) -> None:
-        if pool.fp8_kv_read_factor is not None:  # the pool's engine reads an FP8 cache at its own cost
-            factors = {**(hw.roofline.factors if hw.roofline else {}), "fp8_kv_dequant_factor": pool.fp8_kv_read_factor}
+        # The pool's engine reads an FP8 cache, and runs block-FP8 GEMMs, at its own cost.
+        engine = {"fp8_kv_dequant_factor": pool.fp8_kv_read_factor, "fp8_gemm_mma_factor": pool.fp8_gemm_mma_factor}
+        engine = {k: v for k, v in engine.items() if v is not None}
+        if engine:
+            factors = {**(hw.roofline.factors if hw.roofline else {}), **engine}
             source = hw.roofline.source if hw.roofline else "documented defaults"
             hw = hw.model_copy(update={"roofline": RooflineFit(source=source, factors=factors)})
         self.model, self.hw, self.pool, self.profile, self.integrity = model, hw, pool, profile, integrity

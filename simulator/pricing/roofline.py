@@ -88,6 +88,10 @@ MIN_TILE_M = 16
 # prefill work ("Support TP without padding — update kernel to support head counts of 16 and remove padding
 # logic"). DeepSeek-V3.2 at TP8 (16 heads a rank) runs 4x its heads' FLOPs.
 SPARSE_ATTN_HEAD_BLOCK = 64
+# Block-FP8 GEMMs and grouped expert GEMMs (W8A8, 128x128 weight scales) take their tensor-core time at the fitted
+# kernels' rate (AIConfigurator's tables, SGLang's kernels): 1. An engine whose block-FP8 kernels are not those
+# sets its own factor (a pool's `fp8_gemm_mma_factor`).
+FP8_GEMM_MMA_FACTOR = 1.0
 # NCCL all-reduce on 8 NVLink-connected Hopper GPUs reaches ~400 GB/s bus bandwidth at large messages against
 # the 900 GB/s nameplate (nccl-tests on DGX H100/H200): 0.45.
 NVLINK_EFF = 0.45
@@ -141,6 +145,7 @@ class Factors:
     mma_eff_int4_moe: float = MMA_EFF_INT4_MOE
     fp8_kv_dequant_factor: float = FP8_KV_DEQUANT_FACTOR
     sparse_attn_head_block: int = SPARSE_ATTN_HEAD_BLOCK
+    fp8_gemm_mma_factor: float = FP8_GEMM_MMA_FACTOR
     nvlink_eff: float = NVLINK_EFF
     floor_gemm_us: float | None = None
     floor_moe_us: float | None = None
@@ -251,7 +256,7 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             flops,
             formats.tensor_core(w),
             f.mem_eff_int4 if w in formats.GROUPED else f.mem_eff_gemm,
-            f.mma_eff_gemm,
+            f.mma_eff_gemm / (f.fp8_gemm_mma_factor if w == "fp8" else 1.0),
         )
     if family == "moe_gemm":
         t, e, n, k, w = s["tokens"], s["experts"], s["n"], s["k"], s["weights"]
@@ -264,7 +269,7 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         mem_eff, mma_eff = f.mem_eff_moe, f.mma_eff_moe
         if w == "fp8":
             mem_eff = mem_eff if f.mem_eff_moe_fp8 is None else f.mem_eff_moe_fp8
-            mma_eff = mma_eff if f.mma_eff_moe_fp8 is None else f.mma_eff_moe_fp8
+            mma_eff = (mma_eff if f.mma_eff_moe_fp8 is None else f.mma_eff_moe_fp8) / f.fp8_gemm_mma_factor
         elif w in formats.GROUPED:
             mem_eff = grouped_mem_eff
         return Work(bytes_, flops, 2.0 * rows * n * k, formats.tensor_core(w), mem_eff, mma_eff)
