@@ -15,6 +15,7 @@ from cli_helpers import invoke
 from rich.cells import cell_len
 from rich.console import Console
 
+from simulator.config.specs import EngineSpec
 from simulator.folding import fold
 from simulator.results.metrics import percentiles
 
@@ -169,3 +170,18 @@ def test_capacity_table_keeps_its_numbers_whole_at_80(monkeypatch, capsys) -> No
     code, out, _ = invoke(monkeypatch, capsys, "capacity", str(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml"))
     assert code == 0 and max(_widths(out)) <= 80
     assert "69,180,480" in out and "1,080,928" in out and "…" not in out
+
+
+def test_a_results_scenario_carries_the_engines_values_not_its_prose(monkeypatch, capsys) -> None:
+    """A Result echoes the engine's terms and names it, but not the preset's per-term `sources` (the preset file
+    keeps them): a sweep's JSON stays small enough to hand to another tool whole — the format-directions check
+    passes each sweep as one argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN)."""
+    code, out, _ = invoke(
+        monkeypatch, capsys, "sweep", str(ROOT / "scenarios" / "glm-5.2-weight-formats.yaml"), "--json"
+    )
+    assert code == 0
+    points = json.loads(out)
+    engine = points[0]["scenario"]["engine"]
+    assert engine["name"] == "sglang-0.5" and "sources" not in engine
+    assert set(EngineSpec.TERMS) <= set(engine)
+    assert len(out.encode()) < 128 * 1024

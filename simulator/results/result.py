@@ -29,7 +29,9 @@ def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "clock": clock,
-        "scenario": run.scenario.model_dump(mode="json", exclude={"sweep", "focus"}),
+        # The engine's values, not its per-term prose (`sources`: the preset or engine file keeps it), so a
+        # sweep's Results stay a few KB a point.
+        "scenario": run.scenario.model_dump(mode="json", exclude={"sweep": True, "focus": True, "engine": {"sources"}}),
         "provenance": {**run.profile.provenance(), **engine_provenance(run.scenario.engine)},
         "capacity": {name: capacity_dict(p.capacity) for name, p in run.pools.items()},
         "metrics": build_metrics(run),
