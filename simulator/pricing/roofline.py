@@ -301,12 +301,13 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         )
     if family == "prefill_attention":
         h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
-        flops = 2.0 * h * _causal_pairs(t, c, s["topk"]) * (dq + dv)
-        block = f.sparse_attn_head_block if s["topk"] else 1  # the sparse kernel's head blocks (above)
+        pairs = _causal_pairs(t, c, s["topk"])
+        block = f.sparse_attn_head_block
+        run = -(-h // block) * block if s["topk"] else h  # the sparse kernel computes whole head blocks (above)
         return Work(
             t * h * (dq + dv) * 2 + c * hk * (dq + dv) * 2,
-            flops,
-            flops * (-(-h // block) * block) / h,
+            2.0 * h * pairs * (dq + dv),
+            2.0 * run * pairs * (dq + dv),
             "bf16",
             f.mem_eff_decode_attn,
             f.mma_eff_prefill_attn,
