@@ -220,3 +220,63 @@ def test_the_committed_error_bands_are_the_suites(result: dict) -> None:
     m = bands.from_rows(result["cases"])["sglang-0.5"]["throughput"]["median"]
     assert text is not None and f"±{m:.0%}" in text and f"{2 * (1 - m):,.4g}–{2 * (1 + m):,.4g}" in text
     assert bands.line(EngineSpec(name="no-such-engine"), "latency", "TPOT", 1.0, "ms") is None
+
+
+def test_a_case_is_filed_under_the_sequences_its_decode_instances_ran() -> None:
+    """A filled batch: its per-rank batch over the DP ranks; a closed loop: its clients per decode instance; an
+    open loop: the model's own peak decode batch (a rate of 1 req/s over 2,000-token outputs keeps dozens)."""
+    load = {c.id: c for c in suite.load_cases()}
+    assert measure.sequences(load["kimi-k2.5-h200-sglang-tp8-int4-c1"]) == 1
+    assert measure.sequences(load["qwen3-8b-h100-vllm-bf16-c4"]) == 4
+    assert measure.sequences(load["dsv3-h200-dp16-decode"]) == 2 * 16
+    assert measure.sequences(load["dsv3-h100-ep72-tbo-gain"]) == 256 * 72  # a ratio: its `of` measurement
+    assert measure.sequences(load["dsr1-h200-sglang-dpattn-burst-32k"]) == 100
+    assert measure.sequences(load["glm-5.2-h200-vllm-tp8-gen-heavy"]) > 4
+
+
+def test_bands_split_by_batch_regime_and_an_answer_reads_its_own() -> None:
+    """Per engine and kind, the |leave-one-out| median of the cases at <= 4 sequences a decode instance and of
+    those above, beside the kind's; an answer's band is its regime's where that has >= 3 cases."""
+    from simulator.validation import bands
+
+    def row(loo: float, seqs: int, metric: str = "mean_tpot_ms") -> dict:
+        return {"engine": "e", "metric": metric, "loo_error": loo, "sequences": seqs}
+
+    rows = [row(-0.20, 1), row(0.10, 4), row(-0.30, 2), row(0.02, 64), row(-0.04, 8), row(0.05, 500, "total_tok_s")]
+    got = bands.from_rows(rows)["e"]
+    assert got["latency"]["median"] == pytest.approx(0.1) and got["latency"]["cases"] == 5
+    assert got["latency"]["regimes"]["few"] == {"median": 0.2, "max": 0.3, "cases": 3}
+    assert got["latency"]["regimes"]["batched"] == {"median": 0.03, "max": 0.04, "cases": 2}
+    assert got["throughput"]["regimes"] == {"batched": {"median": 0.05, "max": 0.05, "cases": 1}}
+
+    committed = json.loads(bands.BANDS.read_text())["sglang-0.5"]["latency"]
+    few, batched = committed["regimes"]["few"], committed["regimes"]["batched"]
+    assert few["cases"] >= bands.MIN_CASES and batched["cases"] >= bands.MIN_CASES
+    at_one = bands.line(EngineSpec(name="sglang-0.5"), "latency", "TPOT p95", 10.0, "ms", sequences=1)
+    at_64 = bands.line(EngineSpec(name="sglang-0.5"), "latency", "TPOT p95", 10.0, "ms", sequences=64)
+    unsaid = bands.line(EngineSpec(name="sglang-0.5"), "latency", "TPOT p95", 10.0, "ms")
+    assert at_one is not None and f"±{few['median']:.0%}" in at_one and "at <= 4 sequences" in at_one
+    assert at_64 is not None and f"±{batched['median']:.0%}" in at_64 and "at > 4 sequences" in at_64
+    assert unsaid is not None and f"±{committed['median']:.0%}" in unsaid and "sequences" not in unsaid
+
+
+@pytest.mark.parametrize("clients, regime", [(4, "at <= 4 sequences a decode instance"), (16, "at > 4 sequences")])
+def test_run_prints_the_latency_band_of_its_batch_regime(
+    clients: int, regime: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run at 4 clients (peak decode batch 4) reads the few-sequence latency band; at 16, the batched one. A
+    regime without 3 cases behind it (few-sequence throughput: none) leaves the kind's band."""
+    from simulator.validation import bands
+
+    monkeypatch.setenv("COLUMNS", "400")
+    path = str(suite.SUITE / "scenarios" / "qwen3-8b-h100.yaml")
+    code, out, err = invoke(monkeypatch, capsys, "run", path, "--set", f"traffic.concurrency={clients}")
+    assert code == 0, err
+    b = json.loads(bands.BANDS.read_text())["sglang-0.5"]
+    tpot = next(line for line in out.splitlines() if "TPOT p95" in line and "validated model error" in line)
+    g = bands.regime(clients)
+    assert regime in tpot and f"±{b['latency']['regimes'][g]['median']:.0%}" in tpot
+    tput = next(line for line in out.splitlines() if line.startswith("output throughput"))
+    r = b["throughput"]["regimes"].get(g)
+    own = r is not None and r["cases"] >= bands.MIN_CASES
+    assert ("sequences" in tput) == own and f"±{(r if own else b['throughput'])['median']:.0%}" in tput

@@ -2,7 +2,10 @@
 
 Per engine and kind of figure (a throughput or a latency), the median and worst |leave-one-out error| of the
 suite's cases of that kind: the error a case had when the fitted parameters had not seen it, so the band is the
-one a new deployment can expect, not the fit's own residual. `phaseplan validate --write-bands` writes them to
+one a new deployment can expect, not the fit's own residual. Within a kind the cases are also filed by batch
+regime, because the model's error is not the same at a few sequences a step (launch floors and the engine's CPU
+time dominate) as in a filled batch: an answer reads the band of its own regime where the suite has at least
+`MIN_CASES` cases there, the kind's otherwise. `phaseplan validate --write-bands` writes them to
 `validation/bands.json` (a test checks the file is the suite's current answer); `run`, `max-rate` and `plan`
 read it for the metric they bind on.
 """
@@ -19,6 +22,10 @@ from simulator.validation.suite import SUITE
 
 BANDS = SUITE / "bands.json"
 Kind = Literal["throughput", "latency"]
+Regime = Literal["few", "batched"]
+FEW = 4  # at most this many sequences a decode instance: the "few" regime
+MIN_CASES = 3  # a regime's band stands in for its kind's only with this many cases behind it
+REGIME_TEXT = {"few": f"at <= {FEW} sequences a decode instance", "batched": f"at > {FEW} sequences a decode instance"}
 
 
 def kind(metric: str) -> Kind:
@@ -26,18 +33,29 @@ def kind(metric: str) -> Kind:
     return "latency" if metric.endswith("_ms") or metric == "duration_s" else "throughput"
 
 
-def from_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    """Engine → kind → {median, max, cases} of |leave-one-out error| over the suite's rows."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+def regime(sequences: int) -> Regime:
+    """The batch regime of a measurement or an answer whose decode instances ran at most `sequences` at once."""
+    return "few" if sequences <= FEW else "batched"
+
+
+def _band(errs: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(errs), 4), "max": round(max(errs), 4), "cases": len(errs)}
+
+
+def from_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Engine → kind → {median, max, cases} of |leave-one-out error| over the suite's rows, and the same per
+    batch regime under `regimes`."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     for engine in sorted({r["engine"] for r in rows}):
         for k in ("throughput", "latency"):
-            errs = [abs(r["loo_error"]) for r in rows if r["engine"] == engine and kind(r["metric"]) == k]
-            if errs:
-                out.setdefault(engine, {})[k] = {
-                    "median": round(statistics.median(errs), 4),
-                    "max": round(max(errs), 4),
-                    "cases": len(errs),
-                }
+            mine = [r for r in rows if r["engine"] == engine and kind(r["metric"]) == k]
+            if not mine:
+                continue
+            by = {g: [abs(r["loo_error"]) for r in mine if regime(r["sequences"]) == g] for g in ("few", "batched")}
+            out.setdefault(engine, {})[k] = {
+                **_band([abs(r["loo_error"]) for r in mine]),
+                "regimes": {g: _band(errs) for g, errs in by.items() if errs},
+            }
     return out
 
 
@@ -46,10 +64,11 @@ def _committed() -> dict[str, Any]:
     return json.loads(BANDS.read_text()) if BANDS.is_file() else {}
 
 
-def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str) -> str | None:
+def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str, sequences: int | None = None) -> str | None:
     """E.g. "max rate 1.73 conv/s: validated model error ±9% on sglang-0.5 (…): 1.58–1.89"; None where the
-    suite has no case of this engine and kind. An engine fitted by `phaseplan calibrate` carries its own band:
-    its fit's error on the operator's runs (leave-one-out by run where it had enough runs)."""
+    suite has no case of this engine and kind. `sequences`: the most the answer's decode instances ran at once,
+    which picks its regime's band. An engine fitted by `phaseplan calibrate` carries its own band: its fit's
+    error on the operator's runs (leave-one-out by run where it had enough runs)."""
     if engine.calibration is not None:
         c = engine.calibration
         e = c.error.get(k)
@@ -62,10 +81,16 @@ def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str) -> str
         b = _committed().get(engine.name, {}).get(k)
         if b is None:
             return None
+        where = ""
+        if sequences is not None:
+            g = regime(sequences)
+            r = b.get("regimes", {}).get(g)
+            if r is not None and r["cases"] >= MIN_CASES:
+                b, where = r, f" {REGIME_TEXT[g]}"
         m = b["median"]
         why = (
-            f"{k} cases' leave-one-out median over {b['cases']} published measurements, worst {b['max']:.0%}, "
-            "docs/validation.md"
+            f"{k} cases{where}: leave-one-out median over {b['cases']} published measurements, worst "
+            f"{b['max']:.0%}, docs/validation.md"
         )
     return (
         f"{what} {value:,.4g} {unit}: validated model error ±{m:.0%} on {engine.name} ({why}): "

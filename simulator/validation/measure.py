@@ -51,6 +51,23 @@ def predict(case: Case, overrides: dict[str, Any]) -> float:
     return served(done, metric)
 
 
+def sequences(case: Case) -> int:
+    """The most sequences one decode instance runs at once in the case's measurement, which files its error under
+    a batch regime (`bands.regime`): a filled batch's per-rank batch over all DP ranks; a prefill step's prompts;
+    a closed loop's clients per decode instance; an open loop's as the model runs it (its peak decode batch)."""
+    how, sc = case.spec.how, case.scenario
+    if isinstance(how, Ratio):
+        how = how.of
+    if isinstance(how, DecodeBatch | PrefillBatch):
+        pool = sc.deployment.pools()[how.pool]
+        return (how.batch if isinstance(how, DecodeBatch) else max(how.tokens // how.prompt, 1)) * pool.dp
+    clients = sc.traffic.concurrency
+    if clients is None:
+        return int(simulate(sc, ROOT)[0]["metrics"]["max_running"])
+    decode = sc.deployment.decode
+    return min(math.ceil(min(clients, sc.traffic.requests or clients) / decode.instances), decode.max_running)
+
+
 def _pool_figure(sc: Scenario, how: DecodeBatch | PrefillBatch, metric: str) -> float:
     pool = sc.deployment.pools()[how.pool]
     cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc, ROOT), sc.integrity.enabled)

@@ -64,6 +64,7 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
                 "predicted": pred,
                 "error": pred / s.published - 1,
                 "loo_error": loo / s.published - 1,
+                "sequences": measure.sequences(c),
                 "source": s.source.url,
                 "source_repo": s.source.repo,
             }
