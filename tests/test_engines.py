@@ -69,10 +69,12 @@ def test_presets_lists_the_engines_and_results_name_theirs(
 
 
 class _Pool:
-    def __init__(self, host_us: float, overlap: bool, spec: object = None, with_spec: bool = False) -> None:
+    def __init__(
+        self, host_us: float, overlap: bool, spec: object = None, with_spec: bool = False, dp: int = 1, nodes: int = 1
+    ) -> None:
         self.host_step_us, self.overlap_scheduler, self.speculative = host_us, overlap, spec
         self.overlap_with_speculation = with_spec
-        self.dp, self.dp_sync_us = 1, 3000.0  # one rank: no DP sync
+        self.dp, self.dp_sync_us, self.nodes = dp, 3000.0, nodes  # one rank: no DP sync
 
 
 def test_host_time_is_hidden_behind_the_gpu_step_with_the_overlap_scheduler_and_adds_without() -> None:
@@ -88,6 +90,21 @@ def test_host_time_is_hidden_behind_the_gpu_step_with_the_overlap_scheduler_and_
         t = added.ends(t, np.array([us]))[0]
         ends.append(t)
     assert ends == added.ends(1.0, gpu_us)
+
+
+def test_a_dp_sync_across_nodes_stays_on_the_step_under_the_overlap_scheduler() -> None:
+    """SGLang's overlap path gathers each step's batch sizes over the CPU group: within a node that is CPU work
+    like the rest (hidden under a longer GPU step), across nodes it lands on the step; without overlap all adds."""
+    one_node = HostTime(_Pool(2000.0, True, dp=8))  # type: ignore[arg-type]
+    two_nodes = HostTime(_Pool(2000.0, True, dp=16, nodes=2))  # type: ignore[arg-type]
+    serial = HostTime(_Pool(2000.0, False, dp=16, nodes=2))  # type: ignore[arg-type]
+    assert one_node.step(0.010) == pytest.approx(0.010)  # max(10, 2 + 3) ms
+    assert one_node.step(0.004) == pytest.approx(0.005)  # max(4, 2 + 3) ms
+    assert two_nodes.step(0.010) == pytest.approx(0.013)  # max(10, 2) + 3 ms
+    assert two_nodes.step(0.001) == pytest.approx(0.005)  # max(1, 2) + 3 ms
+    assert serial.step(0.010) == pytest.approx(0.015)  # 10 + 2 + 3 ms
+    gpu_us = np.array([10000.0, 1000.0])
+    assert two_nodes.ends(1.0, gpu_us, [1.010, 1.011]) == pytest.approx([1.013, 1.018])  # not the GPU's ends
 
 
 class _Mixed(CostTimer):

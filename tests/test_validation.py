@@ -193,7 +193,7 @@ def test_the_fit_recovers_a_parameter_it_is_given() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the modeled predictions miss the issue's bounds: median |error| 6.3%, max 49.4% (54 cases, 53 within "
+    reason="the modeled predictions miss the issue's bounds: median |error| 5.8%, max 49.4% (54 cases, 53 within "
     "25%; docs/validation.md: vLLM 0.11's DeepSeek-R1 TPOT at 4 in flight is the one miss)",
 )
 def test_the_model_meets_the_suites_bounds(result: dict) -> None:

@@ -152,7 +152,11 @@ class Pool(Strict):
         0.0, description="µs of CPU work the engine spends scheduling one step (batch, sampling, bookkeeping)."
     )
     dp_sync_us: NonNegativeFloat = Field(
-        0.0, description="µs more CPU work per step under DP attention: the ranks agree on the step's batches."
+        0.0,
+        description=(
+            "µs more CPU work per step under DP attention: the ranks agree on the step's batches (across nodes it "
+            "stays on the step even with the overlap scheduler)."
+        ),
     )
     overlap_scheduler: bool = Field(
         True, description="The CPU work of a step runs while the GPU runs the previous one (a step: the longer)."

@@ -59,26 +59,31 @@ class HostTime:
     """The engine's CPU work per step (`pool.host_step_us`, and `dp_sync_us` more under DP attention, where the
     ranks' schedulers agree on each step's batches): with its overlap scheduler on, a step's CPU work runs while
     the GPU runs the previous step, so a step takes the longer of the two; off (SGLang under speculation), the two
-    add. A GPU-side price never includes it, so it lives here, at the one seam every step passes."""
+    add. Across nodes the DP sync stays on the step even with overlap: SGLang's overlap path gathers the ranks'
+    batch sizes over the CPU (gloo) group, a blocking collective whose network round trips no GPU work hides
+    (docs/validation.md). A GPU-side price never includes it, so it lives here, at the one seam every step passes."""
 
-    __slots__ = ("s", "overlap")
+    __slots__ = ("s", "sync", "overlap")
 
     def __init__(self, pool: Pool) -> None:
-        self.s = (pool.host_step_us + (pool.dp_sync_us if pool.dp > 1 else 0.0)) * 1e-6
+        sync = (pool.dp_sync_us if pool.dp > 1 else 0.0) * 1e-6
+        across = pool.nodes > 1
+        self.s = pool.host_step_us * 1e-6 + (0.0 if across else sync)  # overlappable CPU work
+        self.sync = sync if across else 0.0  # on every step
         self.overlap = pool.overlap_scheduler and (pool.speculative is None or pool.overlap_with_speculation)
 
     def step(self, gpu_s: float) -> float:
         """One step's seconds (exactly `gpu_s` without CPU work)."""
-        return max(gpu_s, self.s) if self.overlap else gpu_s + self.s
+        return (max(gpu_s, self.s) if self.overlap else gpu_s + self.s) + self.sync
 
     def ends(self, clock: float, gpu_us: np.ndarray, gpu_ends: list[float] | None = None) -> list[float]:
         """End times of steps of `gpu_us` microseconds from `clock`, added one at a time (as a run of one does).
         `gpu_ends`: the steps' end times without CPU work, returned as they are where it changes no step (the
         same sums in the same order), so a run the GPU sets costs no second pass."""
         gpu = gpu_us * 1e-6
-        if gpu_ends is not None and (not self.s or (self.overlap and gpu.min() >= self.s)):
+        if gpu_ends is not None and not self.sync and (not self.s or (self.overlap and gpu.min() >= self.s)):
             return gpu_ends
-        d = np.maximum(gpu, self.s) if self.overlap else gpu + self.s
+        d = (np.maximum(gpu, self.s) if self.overlap else gpu + self.s) + self.sync
         return np.add.accumulate(np.concatenate(([clock], d)))[1:].tolist()
 
 
