@@ -60,8 +60,9 @@ class HostTime:
     ranks' schedulers agree on each step's batches): with its overlap scheduler on, a step's CPU work runs while
     the GPU runs the previous step, so a step takes the longer of the two; off (SGLang under speculation), the two
     add. Across nodes the DP sync stays on the step even with overlap: SGLang's overlap path gathers the ranks'
-    batch sizes over the CPU (gloo) group, a blocking collective whose network round trips no GPU work hides
-    (docs/validation.md). A GPU-side price never includes it, so it lives here, at the one seam every step passes."""
+    batch sizes over the CPU (gloo) group, a blocking collective, and the MTP post's 16-rank pair shows overlap
+    hiding only the rest of the CPU work there (docs/validation.md; the magnitude is fitted). A GPU-side price
+    never includes it, so it lives here, at the one seam every step passes."""
 
     __slots__ = ("s", "sync", "overlap")
 
