@@ -171,7 +171,7 @@ def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
     tight = SLO(**res["question"]["slo"]).tightest(w["metrics"]) if w else None
     if tight is not None:
         _, name, v, _ = tight
-        band = bands.line(sc.engine, "latency", f"the winner's {name} p95", v, "ms", w["metrics"].get("max_running"))
+        band = bands.line(sc.engine, "latency", f"the winner's {name} p95", v, "ms", w["metrics"]["max_running"])
         if band:
             Folding(console).print(band)
 
@@ -252,7 +252,7 @@ def register(
             print_max_rate(console, res, sc.name)
             from simulator.validation import bands
 
-            seqs = (res.get("metrics") or {}).get("max_running")
+            seqs = res["metrics"]["max_running"]
             band = bands.line(sc.engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], seqs)
             if band:
                 Folding(console).print(band)

@@ -84,7 +84,7 @@ def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str, sequen
         where = ""
         if sequences is not None:
             g = regime(sequences)
-            r = b.get("regimes", {}).get(g)
+            r = b["regimes"].get(g)
             if r is not None and r["cases"] >= MIN_CASES:
                 b, where = r, f" {REGIME_TEXT[g]}"
         m = b["median"]
