@@ -428,3 +428,21 @@ def test_moe_distribution_is_chosen_and_checked(tmp_path, monkeypatch, capsys) -
         str(out),
     )
     assert code == 2 and "--moe-distribution" in text and not out.exists()
+
+
+def test_a_newer_release_without_the_table_does_not_hide_the_one_with_it(tmp_path, monkeypatch, capsys) -> None:
+    """AIConfigurator 0.12.0's B200 sglang/0.5.16 MoE folder holds only a Kimi-K3 MegaMoE table: the fused MoE is
+    read from the newest release that has `moe_perf.parquet` (0.5.14 here), as with no newer folder at all."""
+    data = fixture_tables(tmp_path / "b200_sxm")
+    newer = data / "moe" / "sglang" / "0.5.16"
+    newer.mkdir()
+    (newer / "collection_meta.yaml").write_text(META.format(v="0.5.16"))
+    pq.write_table(pa.Table.from_pylist([{"latency": 1.0}]), newer / "dsv4_megamoe_module_perf.parquet")
+    out = tmp_path / "p.json"
+    code, text = run_cli(
+        monkeypatch, capsys, "profile", "import", "aiconfigurator", "--data", str(data), "--out", str(out)
+    )
+    assert code == 0, text
+    doc = json.loads(out.read_text())
+    assert doc["measured_by"]["tables"]["moe"]["version"] == V
+    assert [r["median_us"] for r in rows(doc, "fused_moe")] == [30.0, 430.0]

@@ -197,8 +197,10 @@ def data_root(system: str, data: Path | None) -> tuple[Path, str]:
     return root, version
 
 
-def _pick_version(folder: Path, wanted: str | None, what: str) -> Path:
-    """The newest version folder at or below `wanted` (the framework's tables may come from an earlier release)."""
+def _pick_version(folder: Path, wanted: str | None, what: str, file: str) -> Path:
+    """The newest version folder at or below `wanted` that holds `file` (the framework's tables may come from an
+    earlier release, and a newer release's folder may hold other tables only: AIConfigurator 0.12.0's B200
+    sglang/0.5.16 MoE folder has a Kimi-K3 MegaMoE table and no fused-MoE one)."""
     versions = (
         sorted((p for p in folder.iterdir() if p.is_dir()), key=lambda p: _version_key(p.name))
         if folder.is_dir()
@@ -209,7 +211,8 @@ def _pick_version(folder: Path, wanted: str | None, what: str) -> Path:
     if not versions:
         at = f" at or below version {wanted}" if wanted else ""
         raise InputError(f"{folder}: no {what} table{at}")
-    return versions[-1]
+    holding = [p for p in versions if (p / file).exists()]
+    return (holding or versions)[-1]  # none holds it: the newest, whose missing file the caller names
 
 
 def _meta(folder: Path) -> tuple[str, str, str]:
@@ -239,7 +242,9 @@ def read_table(root: Path, backend: str, version: str | None, name: str) -> Read
         raise InputError("reading AIConfigurator tables needs pyarrow: pip install 'phaseplan[calibration]'") from None
     t = TABLES[name]
     framework_dir = t.framework_dir or backend
-    folder = _pick_version(root / t.op / framework_dir, None if t.framework_dir else version, f"{t.op} {framework_dir}")
+    folder = _pick_version(
+        root / t.op / framework_dir, None if t.framework_dir else version, f"{t.op} {framework_dir}", t.file
+    )
     path = folder / t.file
     if not path.exists():
         raise InputError(f"{path}: missing {TOOL} table ({name})")
