@@ -1,5 +1,5 @@
-"""Fitting the roofline to measured tables: it recovers known factors, and the H200 preset holds what the fit of
-the committed AIConfigurator profile gives (never hand-typed)."""
+"""Fitting the roofline to measured tables: it recovers known factors, and the H200 and B200 presets hold what the
+fit of their committed AIConfigurator profiles gives (never hand-typed)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,19 @@ def test_h200_preset_holds_the_fit_of_the_committed_profile() -> None:
     gather = next(r for r in result.residuals if r.group == "all-gather")
     assert gather.rms_after < gather.rms_before  # NCCL's gather has its own latency, not the custom all-reduce's
     assert "AIConfigurator" in H200.roofline.source
-    assert H100.roofline is None  # H100 and B200 keep the documented spec derivations
+    assert H100.roofline is None  # H100 keeps the documented spec derivations
+
+
+def test_b200_preset_holds_the_whole_fit_of_its_committed_profile() -> None:
+    """Every group of `phaseplan profile fit --profile profiles/b200-sglang.json --hardware b200` (a few seconds),
+    and the one factor no table gives: FlashMLA's sparse-attention head block on Blackwell."""
+    b200 = HardwareSpec(**presets.hardware("b200"))
+    result = fit.fit(json.loads((ROOT / "profiles" / "b200-sglang.json").read_text()), b200)
+    assert b200.roofline is not None and "b200-sglang.json" in b200.roofline.source
+    assert b200.allreduce_latency_us == result.hardware["allreduce_latency_us"]
+    assert b200.roofline.factors == {**result.factors, "sparse_attn_head_block": 128}
+    for r in result.residuals:
+        assert r.rms_after <= r.rms_before, r.group
 
 
 def test_fit_refuses_a_modeled_profile_and_unknown_factors() -> None:
