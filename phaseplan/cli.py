@@ -254,10 +254,10 @@ def print_bands(result: dict) -> None:
     from simulator.validation import bands
 
     text, engine, m = Folding(console), EngineSpec.model_validate(result["scenario"]["engine"]), result["metrics"]
-    seqs = m["max_running"]
+    seqs, gpu = m["max_running"], result["scenario"]["hardware"]["name"]
     for band in (
-        bands.line(engine, "throughput", "output throughput", m["output_tokens_per_s"], "tok/s", seqs),
-        m["tpot_ms"]["p95"] and bands.line(engine, "latency", "TPOT p95", m["tpot_ms"]["p95"], "ms", seqs),
+        bands.line(engine, "throughput", "output throughput", m["output_tokens_per_s"], "tok/s", seqs, gpu),
+        m["tpot_ms"]["p95"] and bands.line(engine, "latency", "TPOT p95", m["tpot_ms"]["p95"], "ms", seqs, gpu),
     ):
         if band:
             text.print(band)

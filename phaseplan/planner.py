@@ -171,7 +171,8 @@ def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
     tight = SLO(**res["question"]["slo"]).tightest(w["metrics"]) if w else None
     if tight is not None:
         _, name, v, _ = tight
-        band = bands.line(sc.engine, "latency", f"the winner's {name} p95", v, "ms", w["metrics"]["max_running"])
+        seqs, gpu = w["metrics"]["max_running"], w["overrides"].get("hardware", sc.hardware.name)
+        band = bands.line(sc.engine, "latency", f"the winner's {name} p95", v, "ms", seqs, gpu)
         if band:
             Folding(console).print(band)
 
@@ -253,7 +254,9 @@ def register(
             from simulator.validation import bands
 
             seqs = res["metrics"]["max_running"]
-            band = bands.line(sc.engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], seqs)
+            band = bands.line(
+                sc.engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], seqs, sc.hardware.name
+            )
             if band:
                 Folding(console).print(band)
 

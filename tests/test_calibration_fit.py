@@ -134,7 +134,7 @@ def test_a_pools_fp8_read_factor_replaces_the_rooflines_for_that_pool_only() -> 
     assert mem == pytest.approx(base * 13.58 / roofline.FP8_KV_DEQUANT_FACTOR)
 
 
-@pytest.mark.parametrize("hardware, fitted", [("h200", True), ("h100", False)])
+@pytest.mark.parametrize("hardware, fitted", [("h200", True), ("b200", True), ("h100", False)])
 def test_a_result_says_whether_its_roofline_factors_were_fitted(hardware: str, fitted: bool) -> None:
     """Ops priced by the roofline use the hardware's factors: a Result names where fitted ones came from, and its
     report line says so; judged factors add nothing."""

@@ -151,10 +151,10 @@ def _bands(r: dict[str, Any], what: str, tok_s: float) -> list[str]:
     """The validated error band of the headline throughput and TPOT p95 on the run's engine (as `phaseplan run`
     prints them): how far the model was from published measurements, so a number is read with its error."""
     engine, tpot = EngineSpec.model_validate(r["scenario"]["engine"]), r["metrics"]["tpot_ms"]["p95"]
-    seqs = r["metrics"]["max_running"]
+    seqs, gpu = r["metrics"]["max_running"], r["scenario"]["hardware"]["name"]
     found = [
-        bands.line(engine, "throughput", what, tok_s, "tok/s", seqs),
-        bands.line(engine, "latency", "TPOT p95", tpot, "ms", seqs) if tpot else None,
+        bands.line(engine, "throughput", what, tok_s, "tok/s", seqs, gpu),
+        bands.line(engine, "latency", "TPOT p95", tpot, "ms", seqs, gpu) if tpot else None,
     ]
     return [b for b in found if b]
 

@@ -2,12 +2,13 @@
 
 Per engine and kind of figure (a throughput or a latency), the median and worst |leave-one-out error| of the
 suite's cases of that kind: the error a case had when the fitted parameters had not seen it, so the band is the
-one a new deployment can expect, not the fit's own residual. Within a kind the cases are also filed by batch
-regime, because the model's error is not the same at a few sequences a step (launch floors and the engine's CPU
-time dominate) as in a filled batch: an answer reads the band of its own regime where the suite has at least
-`MIN_CASES` cases there, the kind's otherwise. `phaseplan validate --write-bands` writes them to
-`validation/bands.json` (a test checks the file is the suite's current answer); `run`, `max-rate` and `plan`
-read it for the metric they bind on.
+one a new deployment can expect, not the fit's own residual. Within a kind the cases are also filed by GPU and by
+batch regime, because the model's error is not the same on every GPU (each has its own fitted or judged roofline)
+nor at a few sequences a step (launch floors and the engine's CPU time dominate) as in a filled batch: an answer
+reads the band of its own GPU where the suite has at least `MIN_CASES` such cases (else the kind's, saying its GPU
+has none), and within it the band of its own regime where that too has `MIN_CASES`. `phaseplan validate
+--write-bands` writes them to `validation/bands.json` (a test checks the file is the suite's current answer);
+`run`, `max-rate` and `plan` read it for the metric they bind on.
 """
 
 from __future__ import annotations
@@ -42,19 +43,25 @@ def _band(errs: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(errs), 4), "max": round(max(errs), 4), "cases": len(errs)}
 
 
+def _filed(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The band of `rows` and, under `regimes`, the band of each batch regime they have."""
+    by = {g: [abs(r["loo_error"]) for r in rows if regime(r["sequences"]) == g] for g in ("few", "batched")}
+    return {**_band([abs(r["loo_error"]) for r in rows]), "regimes": {g: _band(e) for g, e in by.items() if e}}
+
+
 def from_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Engine → kind → {median, max, cases} of |leave-one-out error| over the suite's rows, and the same per
-    batch regime under `regimes`."""
+    """Engine → kind → {median, max, cases} of |leave-one-out error| over the suite's rows, the same per batch
+    regime under `regimes`, and per GPU (each with its own regimes) under `hardware`."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for engine in sorted({r["engine"] for r in rows}):
         for k in ("throughput", "latency"):
             mine = [r for r in rows if r["engine"] == engine and kind(r["metric"]) == k]
             if not mine:
                 continue
-            by = {g: [abs(r["loo_error"]) for r in mine if regime(r["sequences"]) == g] for g in ("few", "batched")}
+            gpus = sorted({r["hardware"] for r in mine})
             out.setdefault(engine, {})[k] = {
-                **_band([abs(r["loo_error"]) for r in mine]),
-                "regimes": {g: _band(errs) for g, errs in by.items() if errs},
+                **_filed(mine),
+                "hardware": {hw: _filed([r for r in mine if r["hardware"] == hw]) for hw in gpus},
             }
     return out
 
@@ -64,11 +71,20 @@ def _committed() -> dict[str, Any]:
     return json.loads(BANDS.read_text()) if BANDS.is_file() else {}
 
 
-def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str, sequences: int | None = None) -> str | None:
+def line(
+    engine: EngineSpec,
+    k: Kind,
+    what: str,
+    value: float,
+    unit: str,
+    sequences: int | None = None,
+    hardware: str | None = None,
+) -> str | None:
     """E.g. "max rate 1.73 conv/s: validated model error ±9% on sglang-0.5 (…): 1.58–1.89"; None where the
-    suite has no case of this engine and kind. `sequences`: the most the answer's decode instances ran at once,
-    which picks its regime's band. An engine fitted by `phaseplan calibrate` carries its own band: its fit's
-    error on the operator's runs (leave-one-out by run where it had enough runs)."""
+    suite has no case of this engine and kind. `hardware`: the answer's GPU, whose own band it reads where the
+    suite has enough cases on it; `sequences`: the most the answer's decode instances ran at once, which picks
+    its regime's band. An engine fitted by `phaseplan calibrate` carries its own band: its fit's error on the
+    operator's runs (leave-one-out by run where it had enough runs)."""
     if engine.calibration is not None:
         c = engine.calibration
         e = c.error.get(k)
@@ -78,21 +94,38 @@ def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str, sequen
         how = "leave-one-out median" if e.leave_one_out else "fit's own residual (under 4 runs, no leave-one-out)"
         why = f"fitted to {c.runs} runs of {c.deployment}: their {how} over {e.cases} figures, worst {e.max:.0%}"
     else:
-        b = _committed().get(engine.name, {}).get(k)
-        if b is None:
+        every = _committed().get(engine.name, {}).get(k)
+        if every is None:
             return None
-        where = ""
-        if sequences is not None:
-            g = regime(sequences)
-            r = b["regimes"].get(g)
-            if r is not None and r["cases"] >= MIN_CASES:
-                b, where = r, f" {REGIME_TEXT[g]}"
+        b, scope = _pick(every, hardware, sequences)
         m = b["median"]
         why = (
-            f"{k} cases{where}: leave-one-out median over {b['cases']} published measurements, worst "
+            f"{k} cases{scope}: leave-one-out median over {b['cases']} published measurements, worst "
             f"{b['max']:.0%}, docs/validation.md"
         )
     return (
         f"{what} {value:,.4g} {unit}: validated model error ±{m:.0%} on {engine.name} ({why}): "
         f"{value * (1 - m):,.4g}–{value * (1 + m):,.4g}"
     )
+
+
+def _pick(every: dict[str, Any], hardware: str | None, sequences: int | None) -> tuple[dict[str, Any], str]:
+    """The narrowest band with `MIN_CASES` cases behind it, and the words that say which: the answer's GPU and
+    regime; else its regime on all GPUs (the few-sequence error is the model's, whatever the GPU); else its GPU;
+    else the kind's."""
+    g = regime(sequences) if sequences is not None else None
+    mine = every["hardware"].get(hardware) if hardware is not None else None
+    own = mine and g and mine["regimes"].get(g)
+    on, at = f" on {hardware}", f" {REGIME_TEXT[g]}" if g else ""
+
+    def others(few: dict[str, Any] | None) -> str:  # the answer's GPU's own count, where it has too few
+        return f" of all GPUs ({few['cases'] if few else 0} on {hardware})" if hardware is not None else ""
+
+    for band, words in (
+        (own, on + at),
+        (g and every["regimes"].get(g), others(own) + at),
+        (mine, on),
+    ):
+        if band and band["cases"] >= MIN_CASES:
+            return band, words
+    return every, others(mine)

@@ -19,7 +19,19 @@ from simulator.errors import InputError
 from simulator.validation import case, fit, measure
 
 SUITE = case.REPO / "validation"
-COLUMNS = ("id", "engine", "engine_version", "how", "metric", "unit", "published", "predicted", "error", "loo_error")
+COLUMNS = (
+    "id",
+    "engine",
+    "engine_version",
+    "hardware",
+    "how",
+    "metric",
+    "unit",
+    "published",
+    "predicted",
+    "error",
+    "loo_error",
+)
 
 
 def load_cases(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> list[case.Case]:
@@ -65,6 +77,7 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
                 "error": pred / s.published - 1,
                 "loo_error": loo / s.published - 1,
                 "sequences": measure.sequences(c),
+                "hardware": c.scenario.hardware.name,
                 "source": s.source.url,
                 "source_repo": s.source.repo,
             }
