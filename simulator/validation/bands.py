@@ -5,8 +5,8 @@ suite's cases of that kind: the error a case had when the fitted parameters had 
 one a new deployment can expect, not the fit's own residual. Within a kind the cases are also filed by GPU and by
 batch regime, because the model's error is not the same on every GPU (each has its own fitted or judged roofline)
 nor at a few sequences a step (launch floors and the engine's CPU time dominate) as in a filled batch: an answer
-reads the band of its own GPU where the suite has at least `MIN_CASES` such cases (else the kind's, saying its GPU
-has none), and within it the band of its own regime where that too has `MIN_CASES`. `phaseplan validate
+reads the narrowest band with at least `MIN_CASES` cases behind it (`_pick`: its GPU and regime, else its regime on
+all GPUs, else its GPU, else the kind's), and the band says when its GPU had too few. `phaseplan validate
 --write-bands` writes them to `validation/bands.json` (a test checks the file is the suite's current answer);
 `run`, `max-rate` and `plan` read it for the metric they bind on.
 """
@@ -118,8 +118,8 @@ def _pick(every: dict[str, Any], hardware: str | None, sequences: int | None) ->
     own = mine and g and mine["regimes"].get(g)
     on, at = f" on {hardware}", f" {REGIME_TEXT[g]}" if g else ""
 
-    def others(few: dict[str, Any] | None) -> str:  # the answer's GPU's own count, where it has too few
-        return f" of all GPUs ({few['cases'] if few else 0} on {hardware})" if hardware is not None else ""
+    def others(too_few: dict[str, Any] | None) -> str:  # all GPUs' band, with the count its GPU had
+        return f" of all GPUs ({too_few['cases'] if too_few else 0} on {hardware})" if hardware is not None else ""
 
     for band, words in (
         (own, on + at),
