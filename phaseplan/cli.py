@@ -249,18 +249,12 @@ def run(
 
 def print_bands(result: dict) -> None:
     """The validated error band of a run's headline figures (`simulator/validation/bands.py`)."""
-    from simulator.config.specs import EngineSpec
     from simulator.folding import Folding
     from simulator.validation import bands
 
-    text, engine, m = Folding(console), EngineSpec.model_validate(result["scenario"]["engine"]), result["metrics"]
-    seqs, gpu = m["max_running"], result["scenario"]["hardware"]["name"]
-    for band in (
-        bands.line(engine, "throughput", "output throughput", m["output_tokens_per_s"], "tok/s", seqs, gpu),
-        m["tpot_ms"]["p95"] and bands.line(engine, "latency", "TPOT p95", m["tpot_ms"]["p95"], "ms", seqs, gpu),
-    ):
-        if band:
-            text.print(band)
+    text = Folding(console)
+    for band in bands.headline(result, "output throughput", result["metrics"]["output_tokens_per_s"]):
+        text.print(band)
 
 
 @cli.command()

@@ -12,7 +12,6 @@ from app.runs import MAX_REQUESTS, Run, RunCache
 from app.scenario_io import Study
 from app.views import charts, command
 from app.views.fmt import cli_line, num, source_tag
-from simulator.config.specs import EngineSpec
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok
 from simulator.results.report import provenance_line
@@ -105,7 +104,7 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
     cols = st.columns(4)
     for i, (label, value) in enumerate(cells):
         cols[i % 4].metric(label, value, help=tag)
-    for band in _bands(r, what, tok_s):
+    for band in bands.headline(r, what, tok_s):
         st.caption(band)
     st.caption(
         f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
@@ -145,18 +144,6 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         _series(run)
     if st.toggle(f"charts: where a step's time goes ({tag})", key="charts:anatomy"):
         _anatomy(r)
-
-
-def _bands(r: dict[str, Any], what: str, tok_s: float) -> list[str]:
-    """The validated error band of the headline throughput and TPOT p95 on the run's engine (as `phaseplan run`
-    prints them): how far the model was from published measurements, so a number is read with its error."""
-    engine, tpot = EngineSpec.model_validate(r["scenario"]["engine"]), r["metrics"]["tpot_ms"]["p95"]
-    seqs, gpu = r["metrics"]["max_running"], r["scenario"]["hardware"]["name"]
-    found = [
-        bands.line(engine, "throughput", what, tok_s, "tok/s", seqs, gpu),
-        bands.line(engine, "latency", "TPOT p95", tpot, "ms", seqs, gpu) if tpot else None,
-    ]
-    return [b for b in found if b]
 
 
 def _series(run: Run) -> None:

@@ -109,6 +109,18 @@ def line(
     )
 
 
+def headline(result: dict[str, Any], what: str, tok_s: float) -> list[str]:
+    """The bands of a Result's headline throughput (`tok_s`, named `what`) and its TPOT p95, on the run's engine,
+    GPU and batch regime: what `phaseplan run` prints under its report and the app's What-if beside its numbers."""
+    engine, m = EngineSpec.model_validate(result["scenario"]["engine"]), result["metrics"]
+    seqs, gpu, tpot = m["max_running"], result["scenario"]["hardware"]["name"], m["tpot_ms"]["p95"]
+    found = [
+        line(engine, "throughput", what, tok_s, "tok/s", seqs, gpu),
+        line(engine, "latency", "TPOT p95", tpot, "ms", seqs, gpu) if tpot else None,
+    ]
+    return [b for b in found if b]
+
+
 def _pick(every: dict[str, Any], hardware: str | None, sequences: int | None) -> tuple[dict[str, Any], str]:
     """The narrowest band with `MIN_CASES` cases behind it, and the words that say which: the answer's GPU and
     regime; else its regime on all GPUs (the few-sequence error is the model's, whatever the GPU); else its GPU;
