@@ -21,6 +21,7 @@ from simulator import input_files
 from simulator.config import loader, presets
 from simulator.config.scenario import Scenario
 from simulator.config.sweep import to_csv
+from simulator.console import printable
 from simulator.errors import InputError
 from simulator.workload.lengths import resolve
 
@@ -163,8 +164,8 @@ def scenario_yaml(study: Study, overrides: dict[str, Any]) -> str:
     """The study with the page's changes, as a YAML file `phaseplan run` takes (the interactive cap left out)."""
     data = loader.apply_overrides(study.raw, overrides)
     changed = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "none"
-    head = f"# from {study.label}, edited in the phaseplan app; changed: {changed}\n"
-    return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    head = printable(f"# from {study.label}, edited in the phaseplan app; changed: {changed}")  # one comment line
+    return head + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
 def result_json(result: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from simulator.calibration.bench_run import TOOLS, BenchRun
+from simulator.console import printable
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -136,11 +137,11 @@ def engine_document(
 
 
 def render(doc: dict[str, Any]) -> str:
-    head = (
+    head = printable(  # one comment line, whatever the scenario's path holds
         f"# Engine preset fitted by `phaseplan calibrate` ({doc['calibration']['runs']} runs of "
-        f"{doc['calibration']['deployment']}). A scenario names it as `engine: <this file>`.\n"
+        f"{doc['calibration']['deployment']}). A scenario names it as `engine: <this file>`."
     )
-    return head + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110)
+    return head + "\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=110)
 
 
 def _rows(fitted: Any, runs: list[BenchRun]) -> list[dict[str, Any]]:

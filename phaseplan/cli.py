@@ -20,7 +20,7 @@ from rich.table import Column, Table
 from phaseplan import calibrate, planner
 from phaseplan.calibration import profile_fit, profile_import
 from simulator.config import loader
-from simulator.console import PlainConsole
+from simulator.console import PlainConsole, printable
 from simulator.errors import InputError
 from simulator.results import report
 from simulator.results.record import RunRecord
@@ -153,7 +153,7 @@ def _warn_if_empty(sc: Any, result: dict[str, Any], label: str = "") -> None:
     if result["metrics"]["requests"] == 0:
         from simulator.budget import why_nothing_arrived
 
-        click.echo(f"warning: {one_line(label + 'no request arrived: ' + why_nothing_arrived(sc))}", err=True)
+        click.echo(f"warning: {printable(label + 'no request arrived: ' + why_nothing_arrived(sc))}", err=True)
 
 
 def _warn_if_overloaded(sc: Any, result: dict[str, Any], ran: RunRecord, base_dir: Path) -> None:
@@ -161,7 +161,7 @@ def _warn_if_overloaded(sc: Any, result: dict[str, Any], ran: RunRecord, base_di
     from simulator.planning.overload import warnings
 
     for line in warnings(sc, result, ran.requests, base_dir):
-        click.echo(f"warning: {one_line(line)}", err=True)
+        click.echo(f"warning: {printable(line)}", err=True)
 
 
 def _run_names() -> list[str]:
@@ -562,12 +562,12 @@ def init(
         for k, v in given.items()
         if ctx.get_parameter_source(k.replace("-", "_")) == click.core.ParameterSource.COMMANDLINE
     ]
-    text = starter(ask, one_line(" ".join(["phaseplan init", *words])))
+    text = starter(ask, " ".join(["phaseplan init", *words]))
     if out is None:
         click.echo(text, nl=False)
         return
     write_atomic(out, text)
-    click.echo(f"wrote {out}: phaseplan run {out}", err=True)
+    click.echo(printable(f"wrote {out}: phaseplan run {out}"), err=True)
 
 
 @cli.command()
@@ -652,11 +652,6 @@ def _figure(v: float) -> str:
 SUMMARY = ("median_abs_error", "max_abs_error", "median_abs_loo_error", "max_abs_loo_error")
 
 
-def one_line(text: str) -> str:
-    """A message as one printable line: a key or path from the input may hold newlines or terminal escapes."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
-
-
 planner.register(cli, scenario_arg, json_option, set_option, work_options, console, dump)
 calibrate.register(cli, set_option, json_option, console, dump)
 
@@ -697,7 +692,7 @@ def _main() -> None:
     try:
         cli.main(standalone_mode=False)
     except InputError as e:
-        click.echo(f"error: {one_line(str(e))}", err=True)
+        click.echo(f"error: {printable(str(e))}", err=True)
         sys.exit(2)
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
@@ -706,7 +701,7 @@ def _main() -> None:
         click.echo("error: terminated (SIGTERM)", err=True)
         sys.exit(143)
     except click.ClickException as e:
-        click.echo(f"error: {one_line(e.format_message())}", err=True)
+        click.echo(f"error: {printable(e.format_message())}", err=True)
         sys.exit(2)
     except (MemoryError, RecursionError) as e:  # last resort: the checks above should have refused the input first
         click.echo(

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
@@ -461,10 +462,10 @@ def render_capacity(report: dict[str, Any]) -> Group:
             ]
         )
     # Headers on two lines, so that the numbers set the widths (it fits 80 columns), and a number folds on a
-    # narrower terminal rather than losing its last digits to an ellipsis.
+    # narrower terminal rather than losing its last digits to an ellipsis (`Text`: a string prints as one line).
     table.add_column("pool")
     for col in ("inst×TP", "weights\nGiB", "KV B/\ntoken", "KV\nGiB", "KV\ntokens", "pages"):
-        table.add_column(col, justify="right", overflow="fold")
+        table.add_column(Text(col), justify="right", overflow="fold")
     for row in rows:
         table.add_row(*row)
     for name, c in report["pools"].items():

@@ -2,8 +2,9 @@
 path holding a terminal escape or an emoji code (":boom:") prints as written, never as markup or styling.
 
 Every report prints through a `PlainConsole`: it reads no markup or emoji codes in any string it is given (print
-arguments, table cells, titles and captions all pass `render_str`) and shows control characters escaped. The
-reports' own emphasis is given as `Text` styles, built with `styled`.
+arguments, table cells, titles and captions all pass `render_str`) and shows control characters escaped, line
+breaks included: a scenario named "x\nerror: y" must not print a line that reads as the program's own. The
+reports' own emphasis is given as `Text` styles, built with `styled`, and their own line breaks as `Text` too.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from rich.text import Text
 
 
 def printable(text: str) -> str:
-    """The text with every control character (ESC, a carriage return, a bell) shown escaped; newlines kept."""
+    """The text as one printable line: every control character (a line break, ESC, a carriage return, a bell,
+    NUL) and every other character Python does not print (U+2028, a NEL) shown escaped, `\\n` for a newline.
+
+    Also what a comment line in a written file holds (a shell script's or a YAML file's `# …`): nothing in it
+    can end the comment."""
     if text.isprintable():
         return text
-    return "".join(ch if ch.isprintable() or ch == "\n" else ch.encode("unicode_escape").decode() for ch in text)
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
 class PlainConsole(Console):

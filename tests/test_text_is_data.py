@@ -22,9 +22,8 @@ def scenario(tmp_path: Path, name: str, extra: str = "") -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("name", ['"[/]"', '"[bold]x[/bold]"', '"[link=file:///etc]y[/link]"', '":boom: [red"'])
-@pytest.mark.parametrize("verb", ["run", "sweep", "max-rate", "plan"])
-def test_a_name_with_markup_prints_as_written(tmp_path, monkeypatch, capsys, name: str, verb: str) -> None:
+def report(tmp_path: Path, monkeypatch, capsys, name: str, verb: str) -> tuple[str, str]:
+    """(stdout, stderr) of `verb` on a small study named `name` (a YAML scalar)."""
     path = scenario(tmp_path, name, "sweep: {seed: [1, 2]}\n")
     if verb == "max-rate":  # a study whose SLO some rate misses
         text = (ROOT / "scenarios" / "tiny-cpu.yaml").read_text().replace("name: tiny-cpu", f"name: {name}")
@@ -38,7 +37,22 @@ def test_a_name_with_markup_prints_as_written(tmp_path, monkeypatch, capsys, nam
     code, out, err = invoke(monkeypatch, capsys, verb, path, *args)
     assert "Traceback" not in err and "MarkupError" not in err, err
     assert code in (0, 1) if verb == "plan" else code == 0, err
+    return out, err
+
+
+@pytest.mark.parametrize("name", ['"[/]"', '"[bold]x[/bold]"', '"[link=file:///etc]y[/link]"', '":boom: [red"'])
+@pytest.mark.parametrize("verb", ["run", "sweep", "max-rate", "plan"])
+def test_a_name_with_markup_prints_as_written(tmp_path, monkeypatch, capsys, name: str, verb: str) -> None:
+    out, _ = report(tmp_path, monkeypatch, capsys, name, verb)
     assert name.strip('"') in out
+
+
+@pytest.mark.parametrize("verb", ["run", "sweep", "max-rate", "plan"])
+def test_a_line_break_in_a_name_prints_no_line_of_its_own(tmp_path, monkeypatch, capsys, verb: str) -> None:
+    """Round three (issue 37): a name "x\\nerror: fake" printed a line reading as the program's own error."""
+    out, err = report(tmp_path, monkeypatch, capsys, '"x\\nerror: fake"', verb)
+    assert "x\\nerror: fake" in out
+    assert not any(line.lstrip().startswith("error: fake") for line in (out + err).splitlines()), out
 
 
 def test_control_characters_in_a_name_are_shown_escaped(tmp_path, monkeypatch, capsys) -> None:
@@ -71,4 +85,4 @@ def test_table_cells_titles_and_styles() -> None:
     for literal in ("[b]col[/b]", "[red]title[/]", ":boom:", "[/]", "\\x1b[2J", "[/] and \\x1b"):
         assert literal in text, text
     assert "\x1b" not in text
-    assert printable("a\nb\tc\x00") == "a\nb\\tc\\x00"
+    assert printable("a\nb\tc\x00\u2028") == "a\\nb\\tc\\x00\\u2028"  # one line: line breaks escaped too

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 
@@ -49,9 +50,10 @@ def source_tag(result: dict[str, Any]) -> str:
 
 
 def cli_line(verb: str, source: str, sets: dict[str, Any], extra: str = "") -> str:
-    """The `phaseplan` command that computes what the page shows: every knob a `--set` (mappings as JSON)."""
-    parts = [f"phaseplan {verb} {source}", *([extra] if extra else [])]
+    """The `phaseplan` command that computes what the page shows: every knob a `--set` (mappings as JSON), each
+    word quoted for the shell (a value may come from an uploaded file)."""
+    parts = [f"phaseplan {verb} {shlex.quote(source)}", *([extra] if extra else [])]
     for k, v in sets.items():
         value = "null" if v is None else json.dumps(v) if isinstance(v, dict) else v
-        parts.append(f"--set '{k}={value}'" if isinstance(v, dict) else f"--set {k}={value}")
+        parts.append(f"--set {shlex.quote(f'{k}={value}')}")
     return " ".join(parts)

@@ -146,12 +146,13 @@ def validate(
         if not loc and ": " in msg:  # a cross-field rule names its own path first
             path, msg = msg.split(": ", 1)
             loc = tuple(path.split("."))
+        engine = data.get("engine")
+        in_file = loc[:1] == ("engine",) and isinstance(engine, str) and presets.is_file(engine)
         if err["type"] == "extra_forbidden":
             msg = paths.unknown_key_message(loc)
-        elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list):
-            msg += f" (got {_short(err['input'])})"
-        engine = data.get("engine")
-        if loc[:1] == ("engine",) and isinstance(engine, str) and presets.is_file(engine):
+        elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list) and not in_file:
+            msg += f" (got {_short(err['input'])})"  # a value of the user's own text, never of another file
+        if in_file:
             msg = f"{msg} (in the engine file {presets.engine_path(engine)})"
         raise InputError(_located(loc, msg, source, lines, overridden)) from None
     except ValueError as e:  # bounds and consistency name their path first

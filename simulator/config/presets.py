@@ -1,8 +1,12 @@
 """Model, hardware and serving-engine presets: YAML files in `presets/` beside this module, each citing a source.
 
-An engine may also be a file of its own (`engine: engines/NAME.yaml`, what `phaseplan calibrate` writes): a name
-ending in .yaml or .yml is a path, taken as given when absolute, else from the working directory, else from the
-repository root (where `engines/` keeps the fitted ones), so a scenario names it the same from either.
+A preset is a name, never a path: `model: /abs/x` or `hardware: ../../x` is an unknown preset, refused before any
+file is opened (a path there would read any YAML on the machine and show its values in error lines, or on the
+app's page). The one field that takes a file is `engine` (the schema says so): an engine may be a file of its own
+(`engine: engines/NAME.yaml`, what `phaseplan calibrate` writes): a name ending in .yaml or .yml is a path, taken
+as given when absolute, else from the working directory, else from the repository root (where `engines/` keeps
+the fitted ones), so a scenario names it the same from either. Every file, bundled or not, is read by the one
+reader (`simulator.input_files`) under the YAML limits of scenario text.
 """
 
 from __future__ import annotations
@@ -29,11 +33,16 @@ def names(kind: str) -> list[str]:
 
 @cache
 def _read(kind: str, name: str) -> dict[str, Any]:
-    path = ROOT / kind / f"{name}.yaml"
-    if not path.is_file():
+    known = names(kind)
+    if name not in known:  # by name among the bundled files: a path is no preset name
         label = {"models": "model", "hardware": "hardware", "engines": "engine"}[kind]
-        raise InputError(f"unknown {label} preset '{name}' (known: {', '.join(names(kind))})")
-    return yaml.safe_load(path.read_text())
+        raise InputError(f"unknown {label} preset {_shown(name)} (known: {', '.join(known)})")
+    return _parse(ROOT / kind / f"{name}.yaml", "preset")
+
+
+def _shown(name: str) -> str:
+    """A name as an error shows it: quoted, cut short (it may be a long path or hold line breaks)."""
+    return repr(name) if len(name) <= 80 else repr(name[:77]) + "..."
 
 
 def model(name: str) -> dict[str, Any]:
@@ -74,13 +83,19 @@ def fitted_files() -> list[str]:
 
 @cache
 def _read_file(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
-    """An engine file under the YAML limits of scenario text; keyed by its stat so an edited file is read anew."""
+    """An engine file; keyed by its stat so an edited file is read anew."""
+    return _parse(path, "engine file")
+
+
+def _parse(path: Path, what: str) -> dict[str, Any]:
+    """A preset or engine file read by the one reader under the YAML limits of scenario text: one error line naming
+    the file (and line), never its content."""
     try:
         data, _ = safe_yaml.parse(safe_yaml.read_text(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"engine file {path}{where}: {getattr(e, 'problem', None) or 'YAML syntax error'}") from None
+        raise InputError(f"{what} {path}{where}: {getattr(e, 'problem', None) or 'YAML syntax error'}") from None
     if not isinstance(data, dict):
-        raise InputError(f"engine file {path}: an engine must be a YAML mapping, got {type(data).__name__}")
+        raise InputError(f"{what} {path}: must be a YAML mapping, got {type(data).__name__}")
     return data

@@ -7,7 +7,9 @@
 * `launch-sglang.sh`, `launch-vllm.sh`: engine launch commands for the layout (`simulator.deploy.sglang`, `.vllm`);
 * `answer.json`: the plan's (or max-rate's) JSON.
 
-Written all or nothing by the caller (`simulator.atomic.write_files`).
+Every name from the user's files is written for where it goes: quoted words and one-line comments in the scripts
+(`simulator.deploy.command`), the scenario through the YAML emitter. Written all or nothing by the caller
+(`simulator.atomic.write_files`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import yaml
 
 from simulator.config.scenario import Scenario
 from simulator.deploy import sglang, vllm
-from simulator.deploy.command import render
+from simulator.deploy.command import comment, render
 from simulator.deploy.layout import one_line
 from simulator.workload.lengths import resolve
 
@@ -29,10 +31,19 @@ NAMES = ("commands.sh", "launch-sglang.sh", "launch-vllm.sh", "answer.json")
 
 class _NoAliases(yaml.SafeDumper):
     """Every value written out where it is used: the scenario reader limits aliases, and a person reads better
-    without them."""
+    without them. A string holding a line break or another character that does not print is written double-quoted
+    with escapes, on the line of its key (the emitter's default folds it over several lines)."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        if data.isprintable():
+            return super().represent_str(data)
+        return self.represent_scalar("tag:yaml.org,2002:str", data, style='"')
+
+
+_NoAliases.add_representer(str, _NoAliases.represent_str)
 
 
 def absolute_files(mapping: dict[str, Any], base_dir: Path | None) -> dict[str, Any]:
@@ -59,7 +70,7 @@ def absolute_files(mapping: dict[str, Any], base_dir: Path | None) -> dict[str, 
 
 def scenario_yaml(mapping: dict[str, Any], sc: Scenario, base_dir: Path | None, header: list[str]) -> str:
     body = yaml.dump(absolute_files(mapping, base_dir), Dumper=_NoAliases, sort_keys=False, allow_unicode=True)
-    lines = [f"# {one_line(sc)}", *(f"# {h}" for h in header)]
+    lines = [comment(one_line(sc)), *(comment(h) for h in header)]
     return "\n".join(lines) + "\n" + body
 
 
@@ -77,7 +88,7 @@ def files(
     name = f"{stem}.yaml"
     commands = [
         "#!/usr/bin/env bash",
-        f"# {one_line(sc)}",
+        comment(one_line(sc)),
         "# Reproduce the answer: the question as it was asked, then the answer's scenario run on its own (the same",
         "# figures: modeled, priced by the scenario's profile).",
         "set -euo pipefail",

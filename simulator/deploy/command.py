@@ -3,15 +3,23 @@
 The engine modules (`sglang`, `vllm`) are pure functions from a Scenario to a `Launch`; `render` writes one as a
 shell script a person reads and copies from, one block per host. Hosts are shell variables (`PREFILL_1_HOST`),
 since the plan knows how many machines, not their names.
+
+Every word is quoted for the shell and every comment is one line (`comment`): a scenario's name, a GPU's or a
+model's may come from a user's file and hold a line break, `$(…)`, backticks or quotes, and the script must run
+nothing but the engine. The only expansions left to the shell are the `${VAR}` placeholders written here.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from simulator.config.scenario import Pool, Scenario
+from simulator.console import printable
+
+PLACEHOLDER = re.compile(r"\$\{[A-Z][A-Z0-9_]*\}")  # `${MODEL_PATH}`: what a word may leave to the shell
 
 
 @dataclass(frozen=True)
@@ -85,8 +93,10 @@ def render(launch: Launch, title: str) -> str:
     hosts = sorted(used - {"MODEL_PATH", "DRAFT_MODEL_PATH"})
     lines = [
         "#!/usr/bin/env bash",
-        f"# {title}",
-        f"# Launch commands for {launch.engine} (flags checked against its argument parser: tests/fixtures/engines).",
+        comment(title),
+        comment(
+            f"Launch commands for {launch.engine} (flags checked against its argument parser: tests/fixtures/engines)."
+        ),
         "# Run each command on the host it names; they are not meant to run in sequence from one shell.",
         "set -euo pipefail",
         ': "${MODEL_PATH:?set MODEL_PATH to the checkpoint (a local folder or a Hugging Face repo id)}"',
@@ -95,9 +105,9 @@ def render(launch: Launch, title: str) -> str:
         lines.append(': "${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the draft model checkpoint}"')
     lines += [f': "${{{h}:=<{h.lower().removesuffix("_host").replace("_", "-")}-host>}}"' for h in hosts]
     for note in launch.notes:
-        lines.append(f"# note: {note}")
+        lines.append(comment(f"note: {note}"))
     for c in launch.commands:
-        lines += ["", f"# {c.what}" + (f", on {host(c.where)}" if c.where else "")]
+        lines += ["", comment(c.what + (f", on {host(c.where)}" if c.where else ""))]
         env = " ".join(f"{k}={_quote(v)}" for k, v in c.env)
         words = [_quote(a) for a in c.argv]
         body = " \\\n    ".join(_pairs(words))
@@ -116,16 +126,28 @@ def _pairs(words: list[str]) -> list[str]:
     return out
 
 
+def comment(text: str) -> str:
+    """A comment line of a written script or YAML file: `text` as one printable line, which nothing ends early."""
+    return f"# {printable(text)}"
+
+
 def _quote(word: str) -> str:
-    """Quote for the shell but leave `${VAR}` expansions working (they are the placeholders)."""
-    if "${" in word and all(ch not in word for ch in "'\"`\\ "):
+    """The word for the shell: its literal text quoted as `shlex.quote` quotes it, each `${VAR}` placeholder left
+    to expand (in double quotes). A word whose literal text needs no quoting is written `"…"` whole, as a person
+    would write it."""
+    holes = PLACEHOLDER.findall(word)
+    if not holes:
+        return shlex.quote(word)
+    parts = PLACEHOLDER.split(word)
+    if all(shlex.quote(p) == p for p in parts if p):
         return f'"{word}"'
-    return shlex.quote(word)
+    # parts and holes alternate: literal, placeholder, literal, ..., literal
+    pieces = [shlex.quote(p) if p else "" for p in parts[:1]]
+    for h, p in zip(holes, parts[1:], strict=True):
+        pieces += [f'"{h}"', shlex.quote(p) if p else ""]
+    return "".join(pieces)
 
 
 def _vars(c: Command) -> set[str]:
-    text = " ".join(c.argv) + " ".join(v for _, v in c.env)
-    out = set()
-    for part in text.split("${")[1:]:
-        out.add(part.split("}", 1)[0])
-    return out
+    """The placeholders a command leaves to the shell (the variables the script's head sets or asks for)."""
+    return {h[2:-1] for word in (*c.argv, *(v for _, v in c.env)) for h in PLACEHOLDER.findall(word)}
