@@ -37,7 +37,7 @@ def _read(kind: str, name: str) -> dict[str, Any]:
     if name not in known:  # by name among the bundled files: a path is no preset name
         label = {"models": "model", "hardware": "hardware", "engines": "engine"}[kind]
         raise InputError(f"unknown {label} preset {_shown(name)} (known: {', '.join(known)})")
-    return _parse(ROOT / kind / f"{name}.yaml", "preset")
+    return _parse(ROOT / kind / f"{name}.yaml", "preset", "a preset")
 
 
 def _shown(name: str) -> str:
@@ -84,10 +84,10 @@ def fitted_files() -> list[str]:
 @cache
 def _read_file(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
     """An engine file; keyed by its stat so an edited file is read anew."""
-    return _parse(path, "engine file")
+    return _parse(path, "engine file", "an engine")
 
 
-def _parse(path: Path, what: str) -> dict[str, Any]:
+def _parse(path: Path, what: str, noun: str) -> dict[str, Any]:
     """A preset or engine file read by the one reader under the YAML limits of scenario text: one error line naming
     the file (and line), never its content."""
     try:
@@ -97,5 +97,5 @@ def _parse(path: Path, what: str) -> dict[str, Any]:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise InputError(f"{what} {path}{where}: {getattr(e, 'problem', None) or 'YAML syntax error'}") from None
     if not isinstance(data, dict):
-        raise InputError(f"{what} {path}: must be a YAML mapping, got {type(data).__name__}")
+        raise InputError(f"{what} {path}: {noun} must be a YAML mapping, got {type(data).__name__}")
     return data
