@@ -64,8 +64,7 @@ def parse_set(item: str) -> tuple[str, Any]:
     path, sep, raw = item.partition("=")
     if not sep or not path.strip():
         raise InputError(f"--set {_short(item)}: expected PATH=VALUE, e.g. deployment.decode.tp=8")
-    if path.count(".") >= MAX_SET_DEPTH:
-        raise InputError(f"--set {_short(path)}: a path of more than {MAX_SET_DEPTH} keys is no scenario field")
+    check_depth(path)
     try:
         value = safe_yaml.parse(raw)[0] if raw.strip() else raw
     except safe_yaml.LimitError as e:
@@ -75,10 +74,19 @@ def parse_set(item: str) -> tuple[str, Any]:
     return path.strip(), value
 
 
+def check_depth(path: str) -> None:
+    """A dotted path of at most MAX_SET_DEPTH keys (no scenario field is deeper), refused before it is walked."""
+    if path.count(".") >= MAX_SET_DEPTH:
+        raise InputError(f"--set {_short(path)}: a path of more than {MAX_SET_DEPTH} keys is no scenario field")
+
+
 def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set each dotted path; a path into a preset name first expands that preset so its fields can be set."""
+    """Set each dotted path; a path into a preset name first expands that preset so its fields can be set. Every
+    dotted override passes here (`--set`, a validation case's `set:`, a search's candidates), so here its depth is
+    bounded: a path 100,000 keys deep would build a mapping that deep."""
     out = copy.deepcopy(data)
     for path, value in overrides.items():
+        check_depth(path)
         keys = path.split(".")
         node: Any = out
         for depth, key in enumerate(keys[:-1]):

@@ -5,6 +5,11 @@ dotted overrides), the engine and its version as published, the figure with its 
 published and the sentence or table row it comes from, and *how* it was measured — which decides what the model
 computes (`simulator.validation.measure`). Unknown keys are errors, every number must be finite, and every
 failure is one `InputError` line naming the file, the YAML path and its line, as scenarios are read.
+
+A case is a scenario with the same limits: its `base` is a file inside the suite's folder or the repository, its
+`set:` and `over:` keys are scenario paths (checked as `--set` checks them), and what it measures is checked
+against its scenario before anything runs (`check_work`): a batch measurement names a pool the scenario has and
+fits that pool's KV cache, a served run passes `phaseplan run`'s work limits.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
-from simulator.config import loader, safe_yaml
+from simulator import budget
+from simulator.capacity import pool_capacity
+from simulator.config import loader, paths, safe_yaml
+from simulator.config.bounds import BOUNDS
 from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
 
@@ -65,14 +73,21 @@ KIND_METRICS = {
 }
 
 
+# A batch measurement's numbers within the ranges of the scenario fields they stand for: sequences as a pool's
+# `max_running`, a sequence's tokens as a model's `context_tokens`, a step's tokens as a pool's `max_batch_tokens`.
+SEQUENCES = int(BOUNDS[("Pool", "max_running")][1])
+CONTEXT = int(BOUNDS[("ModelSpec", "context_tokens")][1])
+STEP_TOKENS = int(BOUNDS[("Pool", "max_batch_tokens")][1])
+
+
 class DecodeBatch(Strict):
     """Steady decode at a filled batch: one decode step priced at `batch` sequences per DP rank (per instance
     without DP attention) of `context` tokens each; no queueing, no prefill interleaved."""
 
     kind: Literal["decode_batch"]
     pool: Literal["decode", "prefill"] = "decode"
-    batch: PositiveInt = Field(description="Sequences per DP rank (per instance when dp = 1).")
-    context: PositiveInt = Field(description="Tokens each sequence holds (its mean over the measurement).")
+    batch: PositiveInt = Field(le=SEQUENCES, description="Sequences per DP rank (per instance when dp = 1).")
+    context: PositiveInt = Field(le=CONTEXT, description="Tokens each sequence holds (its mean over the measurement).")
     per: Per = "gpu"
 
 
@@ -81,8 +96,10 @@ class PrefillBatch(Strict):
 
     kind: Literal["prefill_batch"]
     pool: Literal["decode", "prefill"] = "prefill"
-    tokens: PositiveInt = Field(description="Prompt tokens one DP rank (instance when dp = 1) computes per step.")
-    prompt: PositiveInt = Field(description="Tokens of each prompt (the step runs tokens // prompt of them).")
+    tokens: PositiveInt = Field(
+        le=STEP_TOKENS, description="Prompt tokens one DP rank (instance when dp = 1) computes per step."
+    )
+    prompt: PositiveInt = Field(le=CONTEXT, description="Tokens of each prompt (a step runs tokens // prompt of them).")
     per: Per = "gpu"
 
 
@@ -145,6 +162,7 @@ class Case:
         self.path, self.spec, self.data, self.lines = path, spec, data, lines
         self.id = spec.id
         self.scenario = self.scenario_with({})  # validated once at load, so a bad scenario is a load error
+        self.requests = 0.0  # what one evaluation simulates (`check_work`)
 
     def scenario_with(self, overrides: dict[str, Any]) -> Scenario:
         """The case's scenario with dotted overrides set (a fitted parameter, a ratio's other configuration)."""
@@ -158,7 +176,8 @@ class Case:
 def load(path: Path, root: Path) -> Case:
     """Read and check one case file; `root` is the folder a `base` scenario path is relative to (the suite's
     parent: the repo for the bundled suite). A suite kept elsewhere (held-out cases) may also build on the bundled
-    scenarios by their repo path (`validation/scenarios/...`), so a base not under `root` is looked up there."""
+    scenarios by their repo path (`validation/scenarios/...`), so a base not under `root` is looked up there. A base
+    is read only inside the case's suite folder (the folder holding `cases/`) or the repository."""
     data, lines = loader.parse_text(safe_yaml.read_text(path), str(path), "validation case")
     try:
         spec = CaseFile.model_validate(data)
@@ -166,18 +185,20 @@ def load(path: Path, root: Path) -> Case:
         raise InputError(_message(path, e, lines)) from None
     if spec.id != path.stem:
         raise InputError(f"{path}: line {lines.get(('id',), 1)}: id: '{spec.id}' is not the file's name")
+    for field, keys in (("set", spec.set), ("how.over", spec.how.over if isinstance(spec.how, Ratio) else {})):
+        for key in keys:  # dotted scenario paths, checked as a --set is
+            try:
+                loader.check_depth(str(key))
+                paths.check_path(str(key), short_names=False)
+            except InputError as e:
+                why = str(e).removeprefix("--set ")
+                raise InputError(f"{path}: line {lines.get(tuple(field.split('.')), 1)}: {field}: {why}") from None
     if spec.scenario is not None:
         scenario = spec.scenario
         sub = {k[1:]: v for k, v in lines.items() if k[:1] == ("scenario",) and len(k) > 1}
     else:
         assert spec.base is not None
-        base = next((b for b in (root / spec.base, REPO / spec.base) if b.is_file()), None)
-        if base is None:
-            raise InputError(
-                f"{path}: line {lines.get(('base',), 1)}: base: no scenario file {spec.base} (looked in {root} "
-                f"and {REPO})"
-            )
-        scenario, sub = loader.read_yaml(base)
+        scenario, sub = loader.read_yaml(_base(path, root, spec.base, lines.get(("base",), 1)))
         try:
             scenario = loader.apply_overrides(scenario, {str(k): v for k, v in spec.set.items()})
         except InputError as e:
@@ -185,7 +206,66 @@ def load(path: Path, root: Path) -> Case:
     named = scenario.get("engine", spec.engine) if isinstance(scenario, dict) else spec.engine
     if named != spec.engine:
         raise InputError(f"{path}: scenario: engine: '{named}' is not the case's engine '{spec.engine}'")
-    return Case(path, spec, {**scenario, "engine": spec.engine}, sub)
+    case = Case(path, spec, {**scenario, "engine": spec.engine}, sub)
+    case.requests = check_work(case, lines.get(("how",), 1))
+    return case
+
+
+def _base(path: Path, root: Path, base: str, line: int) -> Path:
+    """The base scenario file: under `root`, else the repository's; refused outside the suite's folder and the
+    repository (a case file names no other file on the machine)."""
+    suite = path.resolve().parent.parent
+    for candidate in (root / base, REPO / base):
+        resolved = candidate.resolve()
+        if resolved.is_file() and (resolved.is_relative_to(suite) or resolved.is_relative_to(REPO)):
+            return resolved
+    raise InputError(
+        f"{path}: line {line}: base: no scenario file {base} inside the suite's folder {suite} or the repository "
+        f"{REPO} (looked in {root} and {REPO})"
+    )
+
+
+def check_work(case: Case, line: int) -> float:
+    """The requests one evaluation of the case simulates (none for a batch measurement), after checking what it
+    measures against its scenario: a served run within `phaseplan run`'s work limits; a batch on a pool the
+    scenario has, which fits that pool's KV cache (a ratio's both scenarios)."""
+    how, where = case.spec.how, f"{case.path}: line {line}: how"
+    if isinstance(how, Serve):
+        try:
+            return budget.check(case.scenario, REPO).requests
+        except InputError as e:
+            raise InputError(f"{where}: {str(e).split('; pass --no-limits')[0]}") from None
+    batch = how.of if isinstance(how, Ratio) else how
+    for sc in (case.scenario, *([case.scenario_with(how.over)] if isinstance(how, Ratio) else [])):
+        _check_batch(sc, batch, where)
+    return 0.0
+
+
+def _check_batch(sc: Scenario, how: DecodeBatch | PrefillBatch, where: str) -> None:
+    pools = sc.deployment.pools()
+    if how.pool not in pools:
+        raise InputError(
+            f"{where}.pool: the scenario ({sc.deployment.mode}) has no {how.pool} pool (its pools: {', '.join(pools)})"
+        )
+    pool = pools[how.pool]
+    cap = pool_capacity(sc.model, sc.hardware, pool)
+    if not cap.fits:
+        raise InputError(f"{where}.pool: the {how.pool} pool does not fit: {cap.reason}")
+    held = int(cap.per_rank["kv_tokens"]) if cap.per_rank else cap.kv_tokens
+    if isinstance(how, DecodeBatch):
+        field, need, what = "batch", how.batch * how.context, f"{how.batch:,} sequences of {how.context:,} tokens"
+    else:
+        prompts = how.tokens // how.prompt
+        if prompts > pool.max_running:
+            raise InputError(
+                f"{where}.tokens: {prompts:,} prompts of {how.prompt:,} tokens in one step, more than the "
+                f"{how.pool} pool's max_running {pool.max_running:,}"
+            )
+        field, need, what = "tokens", max(how.tokens, how.prompt), f"a step of {max(how.tokens, how.prompt):,} tokens"
+    if need > held:
+        raise InputError(
+            f"{where}.{field}: {what} on one rank need {need:,} KV tokens; the {how.pool} pool holds {held:,} a rank"
+        )
 
 
 def _message(path: Path, e: ValidationError, lines: dict[tuple[str, ...], int]) -> str:

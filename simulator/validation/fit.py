@@ -33,6 +33,7 @@ from simulator.validation.case import Engine
 ITERATIONS = 6  # Gauss-Newton steps at most; each evaluates every case 1 + len(parameters) times
 TOLERANCE = 1e-9  # a step smaller than this share of a parameter's range ends the fit
 BACKTRACKS = 4  # halvings of a step that raises the simulated error before the fit stops where it is
+MAX_PARAMETERS = 16  # each one more evaluates every case once more per iteration
 
 
 class Parameter(Strict):
@@ -55,7 +56,15 @@ class Parameter(Strict):
 
 
 class FitFile(Strict):
-    parameters: list[Parameter] = []
+    parameters: list[Parameter] = Field([], max_length=MAX_PARAMETERS)
+
+
+def evaluations(parameters: int) -> int:
+    """How many times `fit` evaluates a case at most: the start, each iteration's Jacobian and backtracked steps,
+    the last Jacobian and the final prediction."""
+    if not parameters:
+        return 1
+    return 1 + ITERATIONS * (parameters + BACKTRACKS) + parameters + 1
 
 
 def load(path: Path) -> list[Parameter]:

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simulator import budget
 from simulator.errors import InputError
 from simulator.validation import case, fit, measure
 
 SUITE = case.REPO / "validation"
+MAX_CASES = 1_000  # case files of a suite (the bundled one has 72)
 COLUMNS = (
     "id",
     "engine",
@@ -40,23 +42,39 @@ def load_cases(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> list[case.Case
     if not folder.is_dir():
         raise InputError(f"{folder}: no cases folder")
     root = suite.resolve().parent
-    if ids:
-        missing = [i for i in ids if not (folder / f"{i}.yaml").is_file()]
+    files = sorted(folder.glob("*.yaml"))
+    if ids:  # an id names a case of the folder, never a path
+        known = {p.stem: p for p in files}
+        missing = [i for i in ids if i not in known]
         if missing:
-            known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-            raise InputError(f"--case {missing[0]}: no such case in {folder} (cases: {known})")
-        files = [folder / f"{i}.yaml" for i in dict.fromkeys(ids)]
-    else:
-        files = sorted(folder.glob("*.yaml"))
+            raise InputError(f"--case {missing[0]}: no such case in {folder} (cases: {', '.join(known)})")
+        files = [known[i] for i in dict.fromkeys(ids)]
     if not files:
         raise InputError(f"{folder}: no case files (*.yaml)")
+    if len(files) > MAX_CASES:
+        raise InputError(f"{folder}: {len(files):,} case files, more than the {MAX_CASES:,} a suite may hold")
     return [case.load(f, root) for f in files]
+
+
+def check_work(cases: list[case.Case], params: list[fit.Parameter]) -> None:
+    """The requests every simulation of the suite makes together, as a sweep's are bounded: each served case's
+    requests times the evaluations the fit makes of it."""
+    each = fit.evaluations(len(params))
+    total = sum(c.requests for c in cases) * each
+    limit = budget.Limits().max_sweep_requests
+    if total > limit:
+        served = sum(1 for c in cases if c.requests)
+        raise InputError(
+            f"validate: about {total:,.0f} requests over the suite's simulations ({served:,} served cases, each run "
+            f"up to {each} times by the fit of {len(params)} parameters), over the limit of {limit:,.0f}"
+        )
 
 
 def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
     """Every selected case predicted (at the fitted parameters) with its error and leave-one-out error."""
     cases = load_cases(suite, ids)
     params = fit.load(suite / "fit.yaml")
+    check_work(cases, params)
     targets = [(c.spec.engine, c.spec.published, _predictor(c)) for c in cases]
     fitted = fit.fit(targets, params)
     rows = []
