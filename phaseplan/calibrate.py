@@ -16,6 +16,7 @@ import yaml
 from rich.console import Console
 from rich.table import Column, Table
 
+from phaseplan.planner import Whole
 from simulator.calibration.bench_run import TOOLS, BenchRun
 from simulator.console import printable
 
@@ -54,7 +55,7 @@ def register(cli: click.Group, set_option: Decorator, json_option: Decorator, co
     )
     @click.option(
         "--max-requests",
-        type=click.IntRange(1, 20000),
+        type=Whole(1, 20000),
         default=None,
         help="Requests simulated per run at most [default: 1,000].",
     )
@@ -78,11 +79,17 @@ def register(cli: click.Group, set_option: Decorator, json_option: Decorator, co
         (and leave-one-out with 4 runs or more); write the fitted engine preset with --out."""
         from simulator.atomic import check_file_target, write_atomic
         from simulator.calibration import bench_check, bench_files, engine_fit
-        from simulator.config import loader
+        from simulator.config import loader, presets, safe_yaml
+        from simulator.errors import InputError
 
         if out is not None:
             check_file_target(out)
-        sets = (*sets, f"engine={base}") if base is not None else sets
+        if base is not None:  # a preset's name or an engine file, named by the option (never YAML: `{a: 1}`)
+            try:
+                presets.engine(base)
+            except InputError as e:
+                raise InputError(f"--engine {base}: {e}") from None
+            sets = (*sets, f"engine={safe_yaml.quoted(base)}")
         sc, raw = loader.load(scenario, sets)
         runs = bench_files.read_all(list(files), tool)  # type: ignore[arg-type]
         bench_check.check_config(runs, sc)

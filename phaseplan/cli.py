@@ -56,7 +56,7 @@ def work_options(f: Any) -> Any:
     """--no-limits / --max-requests: the work estimate's limits a run must pass before it starts."""
     f = click.option(
         "--max-requests",
-        type=click.IntRange(min=1),
+        type=planner.Whole(min=1),
         default=None,
         metavar="N",
         help="Raise (or lower) the limit of requests per run (default 1,000,000).",
@@ -195,7 +195,7 @@ def _run_files(out: Path, result: dict[str, Any], records: list[Any]) -> dict[Pa
 )
 @click.option(
     "--repeats",
-    type=click.IntRange(1, 10_000),
+    type=planner.Whole(1, 10_000),
     default=1,
     show_default=True,
     help="Runs over seeds seed..seed+N-1 (and the profile's p10-p90 spread): metrics with 95% intervals.",
@@ -500,12 +500,12 @@ def bench_sim(
 @cli.command()
 @click.option("--model", default="kimi-k2.6", show_default=True, help="Model preset (phaseplan presets lists them).")
 @click.option("--hardware", default="h200", show_default=True, help="GPU preset.")
-@click.option("--rate", type=click.FloatRange(1e-6, 1e6), help="Open loop: requests per second [default: 2].")
-@click.option("--concurrency", type=click.IntRange(1, 1 << 20), help="Closed loop instead: this many clients.")
-@click.option("--prompt-tokens", type=click.IntRange(1, 100_000_000), default=4096, show_default=True)
-@click.option("--output-tokens", type=click.IntRange(1, 100_000_000), default=512, show_default=True)
+@click.option("--rate", type=planner.Finite(1e-6, 1e6), help="Open loop: requests per second [default: 2].")
+@click.option("--concurrency", type=planner.Whole(1, 1 << 20), help="Closed loop instead: this many clients.")
+@click.option("--prompt-tokens", type=planner.Whole(1, 100_000_000), default=4096, show_default=True)
+@click.option("--output-tokens", type=planner.Whole(1, 100_000_000), default=512, show_default=True)
 @click.option(
-    "--duration-s", type=click.FloatRange(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
+    "--duration-s", type=planner.Finite(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
 )
 @click.option(
     "--slo", metavar="ttft_p95_ms=…,tpot_p95_ms=…", help="The SLO's limits [default: ttft_p95_ms=2000,tpot_p95_ms=50]."
@@ -657,7 +657,7 @@ calibrate.register(cli, set_option, json_option, console, dump)
 
 
 @cli.command("app")
-@click.option("--port", type=click.IntRange(1, 65535), default=8501, show_default=True)
+@click.option("--port", type=planner.Whole(1, 65535), default=8501, show_default=True)
 @click.option("--address", default="localhost", show_default=True, help="Interface to serve on.")
 def app_page(port: int, address: str) -> None:
     """Serve the planner page (capacity, what-if, compare): Streamlit, headless, usage statistics off."""

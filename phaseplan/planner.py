@@ -25,21 +25,39 @@ RATE = BOUNDS[("Traffic", "rate")][:2]  # --start and --rate: the range traffic.
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
+MAX_NUMBER_TEXT = 40  # characters an option's number may have (10^15 has 16): a longer one is not echoed whole
+
+
 class Finite(click.FloatRange):
     """A number in [lo, hi] that is finite: click's FloatRange lets NaN through (every comparison with it is
-    false), and a NaN budget or rate is a traceback far from the option that brought it."""
+    false), and a NaN budget or rate is a traceback, or an error blaming something else, far from the option that
+    brought it. Every number option of the CLI is a `Finite` or a `Whole`."""
 
     name = "finite number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _short_enough(self, value, param, ctx)
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return rv
 
 
+class Whole(click.IntRange):
+    """An integer in [lo, hi]; one of thousands of digits is refused by its length, not echoed whole."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        _short_enough(self, value, param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def _short_enough(kind: click.ParamType, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> None:
+    if isinstance(value, str) and len(value) > MAX_NUMBER_TEXT:
+        kind.fail(f"{value[:20]!r}… ({len(value):,} characters) is too long for a number", param, ctx)
+
+
 jobs_option = click.option(
-    "--jobs", type=click.IntRange(1, 256), default=None, help="Worker processes (default: one per CPU, at most 4)."
+    "--jobs", type=Whole(1, 256), default=None, help="Worker processes (default: one per CPU, at most 4)."
 )
 backend_option = click.option(
     "--backend",
@@ -278,7 +296,7 @@ def register(
         help="A dimension of the search (repeatable); default: each pool's instances, parallel layout and KV "
         "format, the weight format, colocated and disaggregated.",
     )
-    @click.option("--runners-up", type=click.IntRange(0, 50), default=3, show_default=True)
+    @click.option("--runners-up", type=Whole(0, 50), default=3, show_default=True)
     @click.option(
         "--pareto",
         "pareto_out",

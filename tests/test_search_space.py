@@ -36,9 +36,12 @@ def test_short_names_are_the_full_paths() -> None:
 def test_a_huge_search_is_refused_by_its_count(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ("plan", str(KIMI), "--rate", "1", "--search", "deployment.prefill.instances=1..20000000")
+    args = ("plan", str(KIMI), "--rate", "1", "--search", "seed=1..20000000")
     code, out, err = invoke(monkeypatch, capsys, *args)
     assert code == 2 and out == "" and err.count("\n") == 1 and "20,000,000 candidates" in err
+    args = ("plan", str(KIMI), "--rate", "1", "--search", "deployment.prefill.instances=1..20000000")
+    code, out, err = invoke(monkeypatch, capsys, *args)  # past the field's own range: refused by it first
+    assert code == 2 and err.count("\n") == 1 and "20,000,000 is out of range" in err
     code, out, err = invoke(monkeypatch, capsys, "plan", str(KIMI), "--rate", "1", "--search", "decode.kvcache=bf16")
     assert code == 2 and "did you mean 'deployment.decode.kv_cache'" in err
 

@@ -130,15 +130,16 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
 def check(model: BaseModel, prefix: tuple[str, ...] = ()) -> None:
     """Raise ValueError('dotted.path: why') at the first number out of its range (the loader adds the line)."""
     for name in type(model).model_fields:
-        _check_value(type(model).__name__, name, getattr(model, name), prefix + (name,))
+        check_value(type(model).__name__, name, getattr(model, name), prefix + (name,))
 
 
-def _check_value(cls: str, name: str, value: Any, path: tuple[str, ...]) -> None:
+def check_value(cls: str, name: str, value: Any, path: tuple[str, ...]) -> None:
+    """A field's value (`cls.name`, at `path`) within its range, its items and models' fields within theirs."""
     if isinstance(value, BaseModel):
         check(value, path)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            _check_value(cls, name, v, path + (str(i),))
+            check_value(cls, name, v, path + (str(i),))
     elif isinstance(value, dict) and name == "sweep":  # each point checks its values; here only that they are finite
         for k, values in value.items():
             for i, v in enumerate(values):
@@ -146,7 +147,7 @@ def _check_value(cls: str, name: str, value: Any, path: tuple[str, ...]) -> None
                     raise ValueError(f"sweep.{k}.{i}: {v} is not a finite number")
     elif isinstance(value, dict):
         for k, v in value.items():
-            _check_value(cls, name, v, path + (str(k),))
+            check_value(cls, name, v, path + (str(k),))
     elif isinstance(value, int | float) and not isinstance(value, bool):
         lo, hi, what = BOUNDS.get((cls, name), (-DEFAULT_LIMIT, DEFAULT_LIMIT, "any number"))
         if not lo <= value <= hi:

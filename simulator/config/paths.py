@@ -17,13 +17,15 @@ import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from simulator.config import bounds, presets
 from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
 SHORT_PREFIXES = ("deployment", "traffic")  # what `space.label` strips from a candidate's paths
 SHOWN_KEYS = 40  # valid keys listed in one error line at most (a pool has 31)
+PRESETS = {"ModelSpec": "model", "HardwareSpec": "hardware", "EngineSpec": "engine"}  # a name of a preset of each
 
 
 @dataclass(frozen=True)
@@ -216,3 +218,39 @@ def _nearest_first_key(key: str) -> str | None:
             names.setdefault(k, f"{prefix}.{k}")
     near = nearest(key, list(names))
     return names[near] if near else None
+
+
+def check_value(path: str, value: Any) -> None:
+    """One value for the field a full dotted path names, checked alone before it is combined with others (a
+    search's values): a scalar, of the field's type and within its range (`bounds`); a key of a mapping or an item
+    of a list is held to a number within ±DEFAULT_LIMIT. Raises InputError `PATH: why`."""
+    if isinstance(value, dict | list):
+        raise InputError(f"{path}: {_shown(value)} is not one value (a number, a name or a boolean)")
+    keys = path.split(".")
+    parent = resolve(keys[:-1])
+    owner = next((m for m in parent.models if keys[-1] in m.model_fields), None)
+    if owner is not None:
+        field = owner.model_fields[keys[-1]]
+        annotation = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+        preset = next((PRESETS[m.__name__] for m in _node(field.annotation).models if m.__name__ in PRESETS), None)
+        try:
+            if isinstance(value, str) and preset is not None:  # a preset's name, read where a scenario is loaded
+                getattr(presets, preset)(value)
+            else:
+                TypeAdapter(annotation).validate_python(value)
+        except InputError as e:
+            raise InputError(f"{path}: {e}") from None
+        except ValidationError as e:
+            msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+            raise InputError(f"{path}: {_shown(value)}: {msg}") from None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            bounds.check_value(owner.__name__ if owner else "", keys[-1], value, tuple(keys))
+        except ValueError as e:
+            raise InputError(str(e)) from None
+
+
+def _shown(value: Any) -> str:
+    """A value as an error quotes it: a long one (a number of thousands of digits) cut, with its length."""
+    text = repr(value) if not isinstance(value, int) else str(value)
+    return text if len(text) <= 40 else f"{text[:20]}… ({len(text):,} characters)"

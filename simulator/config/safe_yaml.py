@@ -88,10 +88,16 @@ class _Loader(yaml.SafeLoader):
         try:
             return super().construct_yaml_int(node)
         except ValueError:  # Python refuses to parse integers of more than 4,300 digits
-            raise ConstructorError(None, None, "integer too long", node.start_mark) from None
+            raise LimitError(None, None, "integer too long", node.start_mark) from None
 
 
 _Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+
+
+def quoted(text: str) -> str:
+    """A string as a double-quoted YAML scalar on one line, written by the emitter (a name may hold quotes, line
+    breaks or text YAML would read as a mapping)."""
+    return yaml.safe_dump(text, default_style='"', allow_unicode=True, width=1 << 30).rstrip("\n")
 
 
 def parse(text: str) -> tuple[Any, yaml.Node | None]:

@@ -5,7 +5,8 @@ so a sweep's, search's or repeat's output is byte-identical for every backend an
 workers are forked from a fork server that imported the simulator once (not from this process, where a
 progress bar's thread may be running), and load the compiled kernels from numba's on-disk cache. Ray is
 an optional extra: `RAY_ADDRESS` names a cluster (whose nodes need phaseplan installed); unset, a local Ray
-is started with `jobs` CPUs and stopped afterwards.
+is started with `jobs` CPUs and stopped afterwards. Connecting is `ray_cluster.connect`'s: the address checked,
+the wait bounded, SIGTERM honoured.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ def _stop_helpers() -> None:
     for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
         with contextlib.suppress(Exception):
             helper._stop()
+
+
+def _ray_running() -> bool:
+    """Whether this process is connected to Ray already (a caller's own `ray.init`, which it ends itself)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
 
 
 def default_jobs() -> int:
@@ -124,19 +131,10 @@ class Backend:
         return ray.get(refs)
 
     def _connect(self) -> Any:
-        if self._ray is not None:
-            return self._ray
-        try:
-            import ray
-        except ImportError:
-            raise InputError("--backend ray: Ray is not installed (pip install 'phaseplan[ray]')") from None
-        if not ray.is_initialized():
-            address = os.environ.get("RAY_ADDRESS") or None
-            quiet = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
-            if address:
-                ray.init(address=address, **quiet)
-            else:
-                ray.init(num_cpus=self.jobs, **quiet)
-            self._ray_started = True
-        self._ray = ray
-        return ray
+        if self._ray is None:
+            from simulator.planning.ray_cluster import connect
+
+            started = _ray_running()
+            self._ray = connect(self.jobs)
+            self._ray_started = not started
+        return self._ray

@@ -49,6 +49,7 @@ class SLO:
         `slo` block given)."""
         base = sc.slo if isinstance(sc, Scenario) else sc
         values: dict[str, float] = {"ttft_p95_ms": base.ttft_p95_ms, "tpot_p95_ms": base.tpot_p95_ms}
+        given: set[str] = set()
         for item in (text or "").split(","):
             if not item.strip():
                 continue
@@ -59,6 +60,9 @@ class SLO:
                 key = DEPRECATED[key]
             if not sep or key not in KEYS:
                 raise InputError(f"--slo {item.strip()!r}: expected KEY=VALUE with KEY one of {', '.join(KEYS)}")
+            if key in given:  # the last would silently win
+                raise InputError(f"--slo {key}: given twice")
+            given.add(key)
             try:
                 v = float(raw)
             except ValueError:

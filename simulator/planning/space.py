@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 
 from simulator.capacity import pool_capacity
-from simulator.config.paths import check_path
+from simulator.config import safe_yaml
+from simulator.config.paths import check_path, check_value
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import FP4_FORMATS
 from simulator.errors import InputError
@@ -142,21 +143,14 @@ def parse(items: tuple[str, ...] | list[str]) -> Space:
             raise InputError(f"--search {given}: 'sweep' cannot be searched (a search is a sweep of its own)")
         if ".." in raw:
             lo, _, hi = raw.partition("..")
-            try:
-                a, b = int(lo), int(hi)
-            except ValueError:
-                raise InputError(f"--search {given}: LO..HI takes integers, got {raw!r}") from None
+            a, b = (_value(path, end) for end in (lo, hi))
+            if not isinstance(a, int) or not isinstance(b, int) or isinstance(a, bool) or isinstance(b, bool):
+                raise InputError(f"--search {given}: LO..HI takes integers, got {_short_text(raw)}")
             if a > b:
                 raise InputError(f"--search {given}: empty range {raw}")
             values: Sequence[Any] = range(a, b + 1)
         else:
-            parsed = []
-            for v in raw.split(","):
-                try:
-                    parsed.append(yaml.safe_load(v) if v.strip() else v)
-                except yaml.YAMLError:
-                    parsed.append(v.strip())
-            values = list(dict.fromkeys(_hashable(v) for v in parsed))
+            values = list(dict.fromkeys(_value(path, v) for v in raw.split(",")))
         if path in dims:
             raise InputError(f"--search {given}: given twice")
         dims[path] = values
@@ -167,13 +161,27 @@ def parse(items: tuple[str, ...] | list[str]) -> Space:
     return space
 
 
-def _hashable(v: Any) -> Any:
-    """A YAML value that can be a dict key (lists and mappings as their text: they are unusual search values)."""
+def _value(path: str, text: str) -> Any:
+    """One value as YAML reads it (`8`, `fp8_e4m3`, `true`; text that is no YAML stays text), checked alone
+    against its field's type and range before any candidate is built (`config.paths.check_value`): a mapping, a
+    list or a number of thousands of digits is refused here, not simulated as an invalid candidate."""
+    if not text.strip():
+        return text
     try:
-        hash(v)
-        return v
-    except TypeError:
-        return yaml.safe_dump(v, default_flow_style=True).strip()
+        value = safe_yaml.parse(text)[0]
+    except safe_yaml.LimitError as e:
+        raise InputError(f"--search {path}: {_short_text(text)}: YAML over a limit: {e.problem}") from None
+    except yaml.YAMLError:
+        value = text.strip()
+    try:
+        check_value(path, value)
+    except InputError as e:
+        raise InputError(f"--search {e}") from None
+    return value
+
+
+def _short_text(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}… ({len(text):,} characters)"
 
 
 # ---- the default space ----

@@ -16,11 +16,9 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from simulator.budget import check as check_work
 from simulator.capacity import pool_capacity
-from simulator.config import loader, presets
+from simulator.config import loader, presets, safe_yaml
 from simulator.config.scenario import Scenario
 from simulator.console import printable
 from simulator.errors import InputError
@@ -67,11 +65,6 @@ def _c(content: str, comment: str = "") -> str:
     return f"{content:<{COMMENT_COLUMN}}# {comment}" if comment else content
 
 
-def _quoted(text: str) -> str:
-    """A string as a double-quoted YAML scalar, written by the emitter (a name may hold quotes or line breaks)."""
-    return yaml.safe_dump(text, default_style='"', allow_unicode=True, width=1 << 30).rstrip("\n")
-
-
 def _text(ask: Ask, layout: Layout, command: str, why: list[str]) -> str:
     rate = ask.open_loop_rate
     if rate is not None:
@@ -92,7 +85,7 @@ def _text(ask: Ask, layout: Layout, command: str, why: list[str]) -> str:
         "# Run it:  phaseplan run THIS.yaml  (--out DIR adds per-request records and charts)",
         "# Plan it: phaseplan plan THIS.yaml --rate R  (the fewest GPUs that meet the SLO at rate R)",
         "# Every field with its type, default and range: docs/schema.md (or: phaseplan schema).",
-        _c(f"name: {_quoted(ask.name or f'{ask.model}-{ask.hardware}')}"),
+        _c(f"name: {safe_yaml.quoted(ask.name or f'{ask.model}-{ask.hardware}')}"),
         _c(f"model: {ask.model}", "a model preset (phaseplan presets lists them)"),
         _c(f"hardware: {ask.hardware}", "a GPU preset: memory, bandwidth, tensor-core rates, price"),
         _c("profile: roofline", "step times from the roofline model: MODELED (or a measured profile's path)"),
