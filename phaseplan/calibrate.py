@@ -91,7 +91,7 @@ def register(cli: click.Group, set_option: Decorator, json_option: Decorator, co
                 raise InputError(f"--engine {base}: {e}") from None
             sets = (*sets, f"engine={safe_yaml.quoted(base)}")
         sc, raw = loader.load(scenario, sets)
-        runs = bench_files.read_all(list(files), tool)  # type: ignore[arg-type]
+        runs = bench_files.read_all(list(files), tool, engine_fit.MAX_RUNS)  # type: ignore[arg-type]
         bench_check.check_config(runs, sc)
         fitted = engine_fit.calibrate(
             sc,

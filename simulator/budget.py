@@ -48,7 +48,7 @@ class Limits:
     max_requests: float = 1_000_000  # per run, or per sweep point
     max_output_tokens: float = 1e9  # per run: each decode step makes at least one token
     max_memory_gib: float = 2.0  # estimated memory of one run
-    max_points: float = 1_000  # sweep points
+    max_points: float = 1_000  # sweep points, or runs of one invocation (`run --repeats`)
     max_sweep_requests: float = 4_000_000  # over all of a sweep's points
     max_replay_s: float = 3600.0  # wall time of a CPU replay: drawing its weights, its device budget, its longest step
 
@@ -205,8 +205,14 @@ def check_points(sc: Scenario, limits: Limits | None = None) -> int:
 
 
 def check_sweep_total(estimates: list[Estimate], limits: Limits | None = None, what: str = "sweep") -> None:
-    """The requests of every run an invocation makes together (a sweep's points, or `--repeats`)."""
+    """The runs an invocation makes (a sweep's points, or `--repeats`: each run costs its set-up however few its
+    requests; 10,000 repeats of a one-request run took 115 s) and their requests together."""
     lim = limits or Limits()
+    if len(estimates) > lim.max_points:
+        raise InputError(
+            f"{what}: {len(estimates):,} runs, over the limit of {_n(lim.max_points)} runs per invocation; pass "
+            "--no-limits to run them anyway"
+        )
     total = sum(e.requests for e in estimates)
     if total > lim.max_sweep_requests:
         raise InputError(

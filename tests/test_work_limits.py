@@ -116,17 +116,15 @@ def test_profile_fit_refuses_a_cpu_profile_for_a_gpu(monkeypatch, capsys) -> Non
 def test_a_search_space_is_counted_before_it_is_built(monkeypatch, capsys) -> None:
     """`--search …=1..50000000` allocated gigabytes before refusing."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    err = refused(
-        monkeypatch, capsys, "plan", FLEET, "--rate", "3", "--search", "deployment.prefill.instances=1..20000000"
-    )
+    err = refused(monkeypatch, capsys, "plan", FLEET, "--rate", "3", "--search", "seed=1..20000000")
     assert "--search: 20,000,000 candidates, more than 100,000; narrow the ranges" in err
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: no list of 20M ints
 
 
 @pytest.mark.parametrize("value", ["bf16,[1]", "bf16,{a: 1}"])
 def test_a_search_value_that_is_a_list_is_no_traceback(monkeypatch, capsys, value: str) -> None:
-    """`--search 'path=bf16,[1]'` was "unhashable type: 'list'" (a list is now searched as its text, and its
-    candidates are invalid)."""
+    """`--search 'path=bf16,[1]'` was "unhashable type: 'list'"; then its candidates ran as invalid ones; now a
+    value that is not one value is refused before any candidate (round three)."""
     code, out, err = invoke(
         monkeypatch,
         capsys,
@@ -139,7 +137,7 @@ def test_a_search_value_that_is_a_list_is_no_traceback(monkeypatch, capsys, valu
         "--jobs",
         "1",
     )
-    assert code in (1, 2) and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert code == 2 and "is not one value" in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("verb", ["replay", "compare"])
@@ -203,3 +201,49 @@ def test_the_apps_knobs_pass_the_work_limits() -> None:
     big = {"deployment.decode.instances": 4096, "deployment.decode.page_size": 1, "hardware.hbm_gib": 4000}
     with pytest.raises(InputError, match="the run would hold about"):
         runs.run(study, big)
+
+
+# ------------------------------------------------------------------ round three (issue 37): work of many runs
+
+
+def test_repeats_are_runs_counted_before_they_start(monkeypatch, capsys) -> None:
+    """10,000 repeats of a one-request run took 115 s: each run costs its set-up however few its requests."""
+    err = refused(monkeypatch, capsys, "run", TINY, "--set", "traffic.requests=1", "--repeats", "10000")
+    assert "--repeats 10000: 10,000 runs, over the limit of 1,000 runs per invocation" in err
+
+
+CALIBRATE = ROOT / "docs/examples/gpustack-glm-5.2-h200"
+
+
+def _runs(tmp_path: Path, n: int, name: str = "runs.jsonl") -> str:
+    one = (CALIBRATE / "bench" / "optimized.jsonl").read_text().splitlines()[0]
+    path = tmp_path / name
+    path.write_text((one + "\n") * n)
+    return str(path)
+
+
+def test_calibrate_estimates_its_fit_before_it_starts(tmp_path, monkeypatch, capsys) -> None:
+    """64 runs, each within the per-run limits, each simulated dozens of times by the fit: minutes, unannounced."""
+    import simulator.calibration.engine_fit as engine_fit
+
+    monkeypatch.setattr(engine_fit, "simulate", lambda *a, **k: pytest.fail("simulated before the estimate"))
+    bench = _runs(tmp_path, 64)
+    err = refused(monkeypatch, capsys, "calibrate", "--bench", bench, "--scenario", str(CALIBRATE / "deployment.yaml"))
+    assert "calibrate: about 4,352,000 requests over the fit's simulations (64 runs of up to 1,000 requests" in err
+    assert "over the limit of 4,000,000" in err
+
+
+def test_a_benchmark_file_of_many_runs_is_refused_as_it_is_read(tmp_path, monkeypatch, capsys) -> None:
+    """A JSONL of 100,000 runs was parsed whole (0.9 GB, 8 s) before the run count was refused."""
+    from simulator.calibration import bench_files
+
+    parsed = []
+    real = bench_files._parse
+    monkeypatch.setattr(bench_files, "_parse", lambda text, where: parsed.append(1) or real(text, where))
+    bench = _runs(tmp_path, 100_000)
+    err = refused(monkeypatch, capsys, "calibrate", "--bench", bench, "--scenario", str(CALIBRATE / "deployment.yaml"))
+    assert "runs.jsonl: line 65: more than 64 benchmark runs, the most one calibration fits" in err
+    assert len(parsed) == 65
+    files = [_runs(tmp_path, 60, "a.jsonl"), _runs(tmp_path, 60, "b.jsonl")]  # the second passes 64 at its line 5
+    with pytest.raises(InputError, match="b.jsonl: line 5: more than 64 benchmark runs with the files before it"):
+        bench_files.read_all(files, None, 64)

@@ -144,10 +144,10 @@ class _Runs:
 
 def run_scenarios(
     raw: dict[str, Any], source: str, base_dir: Path, runs: list[BenchRun], max_requests: int = MAX_REQUESTS
-) -> tuple[list[dict[str, Any]], dict[int, tuple[str, ...]]]:
-    """The deployment's raw mapping driven as each run was (each checked to validate); an impossible one names
-    the run."""
-    out, notes = [], {}
+) -> tuple[list[dict[str, Any]], dict[int, tuple[str, ...]], list[float]]:
+    """The deployment's raw mapping driven as each run was (each checked to validate), its notes and the requests
+    one simulation of it takes; an impossible one names the run."""
+    out, notes, requests = [], {}, []
     for i, run in enumerate(runs):
         t = traffic_of(run, max_requests)
         one = loader.one_point(raw, {"traffic": t.traffic})
@@ -156,13 +156,32 @@ def run_scenarios(
         except InputError as e:
             raise InputError(f"{run.where}: its traffic does not fit the scenario: {e}") from None
         try:  # the work a simulation of it implies, under the run limits (it is simulated dozens of times)
-            budget.check(sc, base_dir, LIMITS)
+            requests.append(budget.check(sc, base_dir, LIMITS).requests)
         except InputError as e:
             why = str(e).split("; pass --no-limits")[0]
             raise InputError(f"{run.where}: {why} (a smaller --max-requests simulates less of it)") from None
         out.append(one)
         notes[i] = t.notes
-    return out, notes
+    return out, notes, requests
+
+
+def simulations(terms: int) -> int:
+    """How many times a calibration simulates each run at most: on the base preset, one step of each term (does
+    it move anything?), each point the fit evaluates, and on the fitted engine."""
+    return 1 + terms + fit.evaluations(terms) + 1
+
+
+def check_work(requests: list[float], terms: int) -> None:
+    """The requests of every simulation the fit will make, bounded as a sweep's are, before the first one runs
+    (each run alone is within LIMITS; 64 of them, each simulated dozens of times, ran for minutes)."""
+    each = simulations(terms)
+    total = sum(requests) * each
+    if total > LIMITS.max_sweep_requests:
+        raise InputError(
+            f"calibrate: about {total:,.0f} requests over the fit's simulations ({len(requests)} runs of up to "
+            f"{max(requests):,.0f} requests, each simulated up to {each} times for {terms} terms), over the limit "
+            f"of {LIMITS.max_sweep_requests:,.0f}; fewer runs, fewer --term or a smaller --max-requests fit in it"
+        )
 
 
 def calibrate(
@@ -179,7 +198,9 @@ def calibrate(
         raise InputError("calibrate: no benchmark runs to fit")
     if len(runs) > MAX_RUNS:
         raise InputError(f"calibrate: {len(runs)} runs; one calibration fits at most {MAX_RUNS}")
-    raws, notes = run_scenarios(raw, source, base_dir, runs, max_requests)
+    raws, notes, requests = run_scenarios(raw, source, base_dir, runs, max_requests)
+    params = _parameters(sc, terms)
+    check_work(requests, len(params))
     running = running_cap(sc)
     figures = []
     for i, run in enumerate(runs):
@@ -189,7 +210,6 @@ def calibrate(
     sims = _Runs(raws, base_dir, {i: {f.metric for f in figures if f.run == i} for i in range(len(runs))})
     if not figures:
         raise InputError("calibrate: the runs state no figure the model predicts (throughput, TPOT, TTFT)")
-    params = _parameters(sc, terms)
     start = {p.path: p.start for p in params}
     before = [sims.figure(f.run, f.metric, start) for f in figures]
     _check_predicted(runs, figures, before)
