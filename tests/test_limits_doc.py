@@ -69,8 +69,35 @@ def file_rows() -> list[str]:
     return rows
 
 
+def work_rows() -> list[str]:
+    """The work table's rows for what many runs, a validation suite, a calibration and Ray may take (round three)."""
+    from simulator.budget import Limits
+    from simulator.calibration import engine_fit
+    from simulator.planning import ray_cluster
+    from simulator.validation import fit, suite
+
+    lim, cal = Limits(), engine_fit.LIMITS
+    each = f"1 + {fit.ITERATIONS} × (parameters + {fit.BACKTRACKS}) + parameters + 1"
+    return [
+        f"| sweep points or `run --repeats` runs; requests over all of them | {num(lim.max_points)}; "
+        f"{num(lim.max_sweep_requests)} | same |",
+        f"| `validate --suite`: case files; `fit.yaml` parameters; a served case (as a run); a batch case (on a pool "
+        "its scenario has, within that pool's KV cache per rank, at most `max_running` prompts a step); requests "
+        f"over the suite's simulations (each served case run up to {each} times by the fit) | "
+        f"{num(suite.MAX_CASES)}; {fit.MAX_PARAMETERS}; the limits of a run; the pool's; "
+        f"{num(lim.max_sweep_requests)} | error naming the case file, its line and field |",
+        f"| `calibrate`: benchmark runs, counted as the files are read; requests and output tokens of one run; "
+        f"requests over the fit's simulations (each run simulated up to 2 + terms + "
+        f"{each.replace('parameters', 'terms')} times) | "
+        f"{engine_fit.MAX_RUNS}; {num(cal.max_requests)} and {short(cal.max_output_tokens)}; "
+        f"{num(cal.max_sweep_requests)} | error naming the file and line, or the run, or the estimate |",
+        f"| `--backend ray`: the wait for `RAY_ADDRESS`'s cluster (a TCP answer, then Ray's own connection; "
+        f"SIGTERM honoured while it waits) | {ray_cluster.CONNECT_S:g} s | error naming the address |",
+    ]
+
+
 def test_readme_lists_every_bound_and_file_kind() -> None:
     readme = (ROOT / "README.md").read_text()
-    missing = [row for row in schema_rows() + file_rows() if row not in readme]
+    missing = [row for row in schema_rows() + file_rows() + work_rows() if row not in readme]
     assert not missing, "README's limits table lacks (or differs from) these rows:\n" + "\n".join(missing)
     assert set(WHERE) >= {c for c, _ in BOUNDS}, "a schema class with bounds has no place in WHERE"
