@@ -1,8 +1,9 @@
 """Scenarios in and out of the app: bundled studies, uploads, and what the page lets an operator download.
 
 An upload goes through the project's own loader, so its errors are the CLI's one-line errors; it is
-size-limited before parsing, safe-loaded, and may name files (traces, length files, profiles) only inside
-the project folder, since the page runs on someone else's machine.
+size-limited before parsing, safe-loaded, names presets by name only (`simulator.config.presets`), and may name
+files (traces, length files, profiles) only inside the project's profiles/, traces/ and scenarios/ folders and
+engine files only in its engines/, since the page runs on someone else's machine.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from simulator.workload.lengths import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
+DATA = (ROOT / "profiles", ROOT / "traces", SCENARIOS)  # the folders an upload may name files in
 MAX_UPLOAD_BYTES = input_files.UPLOAD.max_bytes  # a scenario is a page of YAML; anything larger is not one
 MAX_UPLOAD_DEPTH = 32  # a scenario nests a few levels; a deep file is built to exhaust the parser
 
@@ -140,7 +142,8 @@ def _engine_inside_project(label: str, raw: dict[str, Any]) -> None:
 
 
 def _files_inside_project(study: Study) -> None:
-    """An uploaded scenario may read only the project's files (traces, length files, profiles)."""
+    """An uploaded scenario may read only the project's data files (traces, length files, profiles), from the
+    folders that hold them: not its sources, its virtual environment or its git objects."""
     sc = study.scenario
     named = [
         ("traffic.trace", sc.traffic.trace),
@@ -153,10 +156,10 @@ def _files_inside_project(study: Study) -> None:
         if value is None:
             continue
         path = resolve(value, study.base_dir).resolve()
-        if not path.is_relative_to(ROOT):
+        if not any(path.is_relative_to(folder) for folder in DATA):
             raise InputError(
-                f"{study.label}: {where}: an uploaded scenario may only name files inside the "
-                f"project folder (got {value!r})"
+                f"{study.label}: {where}: an uploaded scenario may only name files inside the project's "
+                f"{', '.join(f'{f.name}/' for f in DATA)} folders (got {value!r})"
             )
 
 

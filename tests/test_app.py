@@ -142,7 +142,7 @@ def test_deltas_and_curve_points() -> None:
         (b"#" * (scenario_io.MAX_UPLOAD_BYTES + 1), r"^upload bad\.yaml: 256 KiB is over the 256 KiB"),
         (
             b"name: x\nmodel: kimi-k2.6\ntraffic: {trace: /etc/hosts}\n",
-            r"^upload bad\.yaml: traffic\.trace: an uploaded scenario may only name files inside the project",
+            r"^upload bad\.yaml: traffic\.trace: an uploaded scenario may only name files inside the project.s",
         ),
         (b"name: x\nmodel: !!python/object/apply:os.system [echo hi]\n", r"^upload bad\.yaml: .*line 2"),
         (b"a: &a [1, 1]\nb: &b [*a, *a]\nc: [*b, *b]\n", r"^upload bad\.yaml: line 1: YAML anchors and aliases"),

@@ -113,6 +113,7 @@ def _engine_file(tmp_path: Path, **edit: object) -> Path:
         {"calibration__terms__no_such_term": {"before": 1.0, "after": 1.0, "informed": True}},
         {"calibration__terms__host_step_us__after": 1.0},  # the fit's value is not the engine's
         {"calibration__runs": 40},  # its files hold 4
+        {"sources__host_stepp_us": "a misspelt term"},
     ],
 )
 def test_an_engine_file_is_checked_for_consistency(tmp_path, monkeypatch, capsys, edit) -> None:
@@ -135,3 +136,11 @@ def test_a_line_break_in_an_engines_calibration_prints_no_line_of_its_own(tmp_pa
     assert code == 0, err
     assert "x\\nerror: fake" in out
     assert not any(line.lstrip().startswith("error:") for line in (out + err).splitlines()), out
+
+
+@pytest.mark.parametrize("named", ["../pyproject.toml", "../.git/config", "../simulator/config/presets/models"])
+def test_an_upload_names_files_only_in_the_projects_data_folders(named: str) -> None:
+    """Inside the project folder was not enough: its sources, its .venv and its git objects are no data."""
+    text = (ROOT / "scenarios" / "tiny-cpu.yaml").read_text().replace("../profiles/cpu-tiny.json", named)
+    with pytest.raises(InputError, match="may only name files inside the project's profiles/, traces/, scenarios/"):
+        scenario_io.from_upload("s.yaml", text.encode())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import types
 from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -226,28 +227,37 @@ def check_value(path: str, value: Any) -> None:
     of a list is held to a number within ±DEFAULT_LIMIT. Raises InputError `PATH: why`."""
     if isinstance(value, dict | list):
         raise InputError(f"{path}: {_shown(value)} is not one value (a number, a name or a boolean)")
-    keys = path.split(".")
-    parent = resolve(keys[:-1])
-    owner = next((m for m in parent.models if keys[-1] in m.model_fields), None)
-    if owner is not None:
-        field = owner.model_fields[keys[-1]]
-        annotation = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
-        preset = next((PRESETS[m.__name__] for m in _node(field.annotation).models if m.__name__ in PRESETS), None)
-        try:
-            if isinstance(value, str) and preset is not None:  # a preset's name, read where a scenario is loaded
-                getattr(presets, preset)(value)
-            else:
-                TypeAdapter(annotation).validate_python(value)
-        except InputError as e:
-            raise InputError(f"{path}: {e}") from None
-        except ValidationError as e:
-            msg = e.errors()[0]["msg"].removeprefix("Value error, ")
-            raise InputError(f"{path}: {_shown(value)}: {msg}") from None
+    owner, adapter, preset = _leaf(path)
+    try:
+        if isinstance(value, str) and preset is not None:  # a preset's name, read where a scenario is loaded
+            getattr(presets, preset)(value)
+        elif adapter is not None:
+            adapter.validate_python(value)
+    except InputError as e:
+        raise InputError(f"{path}: {e}") from None
+    except ValidationError as e:
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise InputError(f"{path}: {_shown(value)}: {msg}") from None
     if isinstance(value, int | float) and not isinstance(value, bool):
+        keys = tuple(path.split("."))
         try:
-            bounds.check_value(owner.__name__ if owner else "", keys[-1], value, tuple(keys))
+            bounds.check_value(owner, keys[-1], value, keys)
         except ValueError as e:
             raise InputError(str(e)) from None
+
+
+@cache
+def _leaf(path: str) -> tuple[str, TypeAdapter | None, str | None]:
+    """What checks a value of the field `path` ends in: its model's name, its type, and the preset kind a name
+    there reads ("" and None where the path ends in a mapping's key or a list's item)."""
+    keys = path.split(".")
+    owner = next((m for m in resolve(keys[:-1]).models if keys[-1] in m.model_fields), None)
+    if owner is None:
+        return "", None, None
+    field = owner.model_fields[keys[-1]]
+    annotation = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+    preset = next((PRESETS[m.__name__] for m in _node(field.annotation).models if m.__name__ in PRESETS), None)
+    return owner.__name__, TypeAdapter(annotation), preset
 
 
 def _shown(value: Any) -> str:

@@ -276,7 +276,11 @@ class EngineSpec(Strict):
 
     @model_validator(mode="after")
     def _calibrated_terms_are_its_own(self) -> EngineSpec:
-        """A calibration names only the engine's terms, each fitted to the value the engine holds."""
+        """`sources` and a calibration name only the engine's terms, a calibration each at the value the engine
+        holds (an engine file is text a person or a tool wrote: a misspelt term would be silently no term)."""
+        for term in self.sources:
+            if term not in type(self).model_fields:
+                raise ValueError(f"sources.{term}: not a field of the engine")
         for term, t in (self.calibration.terms if self.calibration is not None else {}).items():
             if term not in self.TERMS:
                 raise ValueError(f"calibration.terms.{term}: not an engine term (one of {', '.join(self.TERMS)})")
