@@ -1,9 +1,9 @@
 """Scenarios in and out of the app: bundled studies, uploads, and what the page lets an operator download.
 
 An upload goes through the project's own loader, so its errors are the CLI's one-line errors; it is
-size-limited before parsing, safe-loaded, names presets by name only (`simulator.config.presets`), and may name
-files (traces, length files, profiles) only inside the project's profiles/, traces/ and scenarios/ folders and
-engine files only in its engines/, since the page runs on someone else's machine.
+size-limited before parsing, safe-loaded, and may name files (traces, length files, profiles, a model's
+config.json) only inside the project's profiles/, traces/ and scenarios/ folders and engine files only in its
+engines/, since the page runs on someone else's machine.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,7 @@ def from_upload(name: str, content: bytes) -> Study:
             raw, lines = loader.read_yaml(path)
         except InputError as e:
             raise InputError(str(e).replace(str(path), label)) from None
-    _engine_inside_project(label, raw)
+    _preset_files_inside_project(label, raw)
     # Its file names resolve from scenarios/, so that is where the page's commands expect it saved.
     study = _study(label, raw, lines, SCENARIOS, f"scenarios/{safe}", content)
     _files_inside_project(study)
@@ -121,24 +122,43 @@ def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.\-]", "_", Path(name).name)[:80] or "scenario"
 
 
-def _engine_inside_project(label: str, raw: dict[str, Any]) -> None:
-    """An uploaded scenario may name an engine file only from the project's `engines/` (checked before the file is
-    read: its contents would show in an error line)."""
-    sweep = raw.get("sweep")
-    swept = sweep.get("engine") if isinstance(sweep, dict) else None
-    named = [("engine", raw.get("engine"))] + [("sweep.engine", v) for v in (swept if isinstance(swept, list) else [])]
-    for where, value in named:
-        if not (isinstance(value, str) and presets.is_file(value)):
+def _preset_files_inside_project(label: str, raw: dict[str, Any]) -> None:
+    """An uploaded scenario may name an engine file only from the project's `engines/`, and a model's config.json
+    (`model:`, `draft_model:`) only from its data folders, checked before the file is read (its contents would show
+    in an error line), wherever the name sits: the top level, a pool, a sweep's values."""
+    for where, key, value in _named(raw):
+        if not isinstance(value, str):
+            continue
+        if key == "engine" and presets.is_file(value):
+            what, folders = "engine files", (presets.FITTED,)
+        elif key in ("model", "draft_model") and value.lower().endswith(".json"):
+            what, folders = "model configs", DATA
+        else:
             continue
         try:
-            inside = presets.engine_path(value).resolve().is_relative_to(presets.FITTED)
+            found = presets.file_path(value, what).resolve()
         except InputError as e:
             raise InputError(f"{label}: {where}: {e}") from None
-        if not inside:
+        if not any(found.is_relative_to(f) for f in folders):
+            shown = ", ".join(f"{f.name}/" for f in folders)
             raise InputError(
-                f"{label}: {where}: an uploaded scenario may only name engine files in the project's engines/ "
-                f"folder (got {value!r})"
+                f"{label}: {where}: an uploaded scenario may only name {what} in the project's {shown} "
+                f"folder{'s' if len(folders) > 1 else ''} (got {value!r})"
             )
+
+
+def _named(node: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, str, Any]]:
+    """(where, key, value) of every value in a raw scenario; a sweep's values each under its path's last key."""
+    for k, v in node.items():
+        where = f"{prefix}{k}"
+        if where == "sweep" and isinstance(v, dict):
+            for path, values in v.items():
+                for x in values if isinstance(values, list) else [values]:
+                    yield f"sweep.{path}", str(path).rsplit(".", 1)[-1], x
+        elif isinstance(v, dict):
+            yield from _named(v, f"{where}.")
+        else:
+            yield where, str(k), v
 
 
 def _files_inside_project(study: Study) -> None:

@@ -144,3 +144,24 @@ def test_an_upload_names_files_only_in_the_projects_data_folders(named: str) -> 
     text = (ROOT / "scenarios" / "tiny-cpu.yaml").read_text().replace("../profiles/cpu-tiny.json", named)
     with pytest.raises(InputError, match="may only name files inside the project's profiles/, traces/, scenarios/"):
         scenario_io.from_upload("s.yaml", text.encode())
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "model: {path}",
+        "model: tiny-mla-moe\nsweep: {{model: [kimi-k2.6, {path}]}}",
+        "model: tiny-mla-moe\ndeployment: {{decode: {{speculative: {{method: draft, acceptance: 1.5, draft_model: "
+        "{path}}}}}}}",
+    ],
+)
+def test_an_upload_reads_no_model_config_outside_the_project(tmp_path: Path, edit: str) -> None:
+    """A model may be a config.json by path (the schema says so); an upload may not name one outside the project."""
+    config = tmp_path / "config.json"
+    config.write_text('{"model_type": "' + CANARY + '"}')
+    keys = ("model:", "sweep:", "deployment:")
+    text = (ROOT / "scenarios" / "tiny-cpu.yaml").read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith(keys) and not line.startswith("  "))
+    with pytest.raises(InputError, match="may only name model configs in the project's") as e:
+        scenario_io.from_upload("s.yaml", f"{body}\n{edit.format(path=config)}\n".encode())
+    assert CANARY not in str(e.value)

@@ -2,11 +2,12 @@
 
 A preset is a name, never a path: `model: /abs/x` or `hardware: ../../x` is an unknown preset, refused before any
 file is opened (a path there would read any YAML on the machine and show its values in error lines, or on the
-app's page). The one field that takes a file is `engine` (the schema says so): an engine may be a file of its own
-(`engine: engines/NAME.yaml`, what `phaseplan calibrate` writes): a name ending in .yaml or .yml is a path, taken
-as given when absolute, else from the working directory, else from the repository root (where `engines/` keeps
-the fitted ones), so a scenario names it the same from either. Every file, bundled or not, is read by the one
-reader (`simulator.input_files`) under the YAML limits of scenario text.
+app's page). Two fields take a file where the schema says so, each by its suffix: an engine may be a file of its
+own (`engine: engines/NAME.yaml`, what `phaseplan calibrate` writes: a name ending in .yaml or .yml), and a model
+a Hugging Face config.json (`model: path/config.json`, `simulator.config.hf_config`). Such a path is taken as given
+when absolute, else from the working directory, else from the repository root (where `engines/` keeps the fitted
+ones), so a scenario names it the same from either. Every file, bundled or not, is read by the one reader
+(`simulator.input_files`), YAML under the limits of scenario text.
 """
 
 from __future__ import annotations
