@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 from pathlib import Path
 
 import click
 
+from simulator.errors import InputError
+
 PAGE = Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"
+HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")  # a host name or an IPv4/IPv6 address: never an option
 MAX_UPLOAD_MB = 1  # the browser refuses bigger files; the page itself takes at most 256 KiB of scenario
 
 
@@ -41,6 +45,8 @@ def command(port: int, address: str = "localhost") -> list[str]:
 
 def serve(port: int, address: str) -> None:
     """Replace this process by the Streamlit server (Ctrl-C stops it)."""
+    if not HOST.fullmatch(address):  # it becomes a word of Streamlit's command line
+        raise InputError(f"--address {address!r}: not a host name or an IP address")
     if importlib.util.find_spec("streamlit") is None:
         raise click.ClickException("the app needs Streamlit: pip install -e '.[app]'")
     click.echo(f"phaseplan planner on http://{address}:{port} (Ctrl-C stops it)", err=True)

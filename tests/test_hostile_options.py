@@ -220,3 +220,13 @@ def test_sigterm_while_ray_connects_ends_in_one_line(silent_server) -> None:
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 143 and err.strip().splitlines() == ["error: terminated (SIGTERM)"], err
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("address", ["--server.port=1", "a b", "x\nerror: y", ""])
+def test_app_address_is_a_host_never_an_option(monkeypatch, capsys, address: str) -> None:
+    """`--address` becomes a word of Streamlit's command line: `--server.port=1` there was an option of its own."""
+    import phaseplan.app
+
+    monkeypatch.setattr(phaseplan.app.os, "execv", lambda *a: pytest.fail("Streamlit started"))
+    err = refused(monkeypatch, capsys, "app", "--address", address)
+    assert "not a host name or an IP address" in err

@@ -112,7 +112,6 @@ def _engine_file(tmp_path: Path, **edit: object) -> Path:
         {"calibration__error__throughput__median": 0.9},  # median over max (0.2783): "±90% …, worst 28%"
         {"calibration__terms__no_such_term": {"before": 1.0, "after": 1.0, "informed": True}},
         {"calibration__terms__host_step_us__after": 1.0},  # the fit's value is not the engine's
-        {"calibration__runs": 40},  # its files hold 4
         {"sources__host_stepp_us": "a misspelt term"},
     ],
 )

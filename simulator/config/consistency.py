@@ -1,17 +1,38 @@
 """Checks across fields that catch silent nonsense before anything runs: an instance larger than a node, prompts
-and answers longer than the model reads. Each raises ValueError('dotted.path: why'), which the loader turns into
-one line with the file's line or the --set it came from.
+and answers longer than the model reads, an engine file that contradicts itself. Each raises ValueError('dotted.path:
+why'), which the loader turns into one line with the file's line or the --set it came from.
 """
 
 from __future__ import annotations
 
 from simulator.config.scenario import Length, Pool, Scenario
-from simulator.config.specs import HardwareSpec
+from simulator.config.specs import EngineSpec, HardwareSpec
 
 
 def check(sc: Scenario) -> None:
     check_instances_fit_nodes(sc)
     check_prompts_fit_context(sc)
+    check_engine(sc.engine)
+
+
+def check_engine(engine: EngineSpec) -> None:
+    """An engine file is text a person or `phaseplan calibrate` wrote: its `sources` and its calibration name only
+    the engine's terms (a misspelt one would silently be no term), each calibrated term at the value the engine
+    holds, and each error band's median within its worst (a band printed "±90% …, worst 10%")."""
+    for term in engine.sources:
+        if term not in EngineSpec.model_fields:
+            raise ValueError(f"engine.sources.{term}: not a field of the engine")
+    if engine.calibration is None:
+        return
+    for term, t in engine.calibration.terms.items():
+        where = f"engine.calibration.terms.{term}"
+        if term not in EngineSpec.TERMS:
+            raise ValueError(f"{where}: not an engine term (one of {', '.join(EngineSpec.TERMS)})")
+        if getattr(engine, term) != t.after:
+            raise ValueError(f"{where}.after: {t.after:g} is not the engine's {term} ({getattr(engine, term)})")
+    for kind, e in engine.calibration.error.items():
+        if e.median > e.max:
+            raise ValueError(f"engine.calibration.error.{kind}.median: {e.median:g} is above its max {e.max:g}")
 
 
 def check_instances_fit_nodes(sc: Scenario) -> None:

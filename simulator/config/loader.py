@@ -154,18 +154,24 @@ def validate(
         if not loc and ": " in msg:  # a cross-field rule names its own path first
             path, msg = msg.split(": ", 1)
             loc = tuple(path.split("."))
-        engine = data.get("engine")
-        in_file = loc[:1] == ("engine",) and isinstance(engine, str) and presets.is_file(engine)
+        in_file = _engine_file(data, loc)  # "" where the field is the scenario's own
         if err["type"] == "extra_forbidden":
             msg = paths.unknown_key_message(loc)
         elif "input" in err and err["type"] != "missing" and not isinstance(err["input"], dict | list) and not in_file:
             msg += f" (got {_short(err['input'])})"  # a value of the user's own text, never of another file
-        if in_file:
-            msg = f"{msg} (in the engine file {presets.engine_path(engine)})"
-        raise InputError(_located(loc, msg, source, lines, overridden)) from None
+        raise InputError(_located(loc, msg + in_file, source, lines, overridden)) from None
     except ValueError as e:  # bounds and consistency name their path first
         path, _, msg = str(e).partition(": ")
-        raise InputError(_located(tuple(path.split(".")), msg, source, lines, overridden)) from None
+        loc = tuple(path.split("."))
+        raise InputError(_located(loc, msg + _engine_file(data, loc), source, lines, overridden)) from None
+
+
+def _engine_file(data: dict[str, Any], loc: tuple[str, ...]) -> str:
+    """ " (in the engine file PATH)" where an error's field comes from the engine file the scenario names, else ""."""
+    engine = data.get("engine")
+    if loc[:1] == ("engine",) and isinstance(engine, str) and presets.is_file(engine):
+        return f" (in the engine file {presets.engine_path(engine)})"
+    return ""
 
 
 def _check_sweep_paths(

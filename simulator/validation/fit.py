@@ -82,9 +82,10 @@ def load(path: Path) -> list[Parameter]:
         raise InputError(f"{path}:{f' line {line}:' if line else ''} {'.'.join(loc)}: {msg}") from None
     for p in params:
         try:
+            loader.check_depth(p.path)
             paths.check_path(p.path, short_names=False)
         except InputError as e:
-            raise InputError(f"{path}: parameters: {e}") from None
+            raise InputError(f"{path}: parameters: {str(e).removeprefix('--set ')}") from None
     return params
 
 
