@@ -206,7 +206,7 @@ def check_points(sc: Scenario, limits: Limits | None = None) -> int:
 
 def check_sweep_total(estimates: list[Estimate], limits: Limits | None = None, what: str = "sweep") -> None:
     """The runs an invocation makes (a sweep's points, or `--repeats`: each run costs its set-up however few its
-    requests; 10,000 repeats of a one-request run took 115 s) and their requests together."""
+    requests: issue 37 timed 10,000 repeats of a one-request run at 115 s) and their requests together."""
     lim = limits or Limits()
     if len(estimates) > lim.max_points:
         raise InputError(

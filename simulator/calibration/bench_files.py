@@ -3,8 +3,9 @@
 `read(path, tool=None)` refuses, as one InputError naming the file (and line) and the field, anything that is
 not a regular file, is over 64 MiB (input_files.BENCH, checked before reading), is empty, not UTF-8, not JSON
 (or a JSONL with one bad line), nested too deeply, holds a duplicate key, is none of the supported formats, or
-states a field missing, mistyped, non-finite or outside its physical range (bench_fields.RANGES). The format is detected
-from the content unless named. `write_as` writes runs as a tool would; `run_from_result` turns a phaseplan
+states a field missing, mistyped, non-finite or outside its physical range (bench_fields.RANGES), or holds more runs
+than the caller fits (counted as the documents are parsed, one at a time). The format is detected from the content
+unless named. `write_as` writes runs as a tool would; `run_from_result` turns a phaseplan
 Result into the run such a file describes, so the calibration round trip can start from simulated runs.
 """
 
@@ -83,7 +84,7 @@ def detect(data: dict[str, Any]) -> Tool | None:
 
 def read(path: str | Path, tool: Tool | None = None, max_runs: int | None = None, before: int = 0) -> list[BenchRun]:
     """Every run a benchmark result file holds, in file order; more than `max_runs` (with `before` runs of the
-    files read before it) is refused as soon as it is read (a JSONL of 100,000 runs took 0.9 GB and 8 s to be
+    files read before it) is refused as soon as it is read (issue 37: a JSONL of 100,000 runs took 0.9 GB and 8 s to be
     refused whole)."""
     name = str(path)
     if tool is not None and tool not in FORMATS:

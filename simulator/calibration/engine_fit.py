@@ -173,7 +173,7 @@ def simulations(terms: int) -> int:
 
 def check_work(requests: list[float], terms: int) -> None:
     """The requests of every simulation the fit will make, bounded as a sweep's are, before the first one runs
-    (each run alone is within LIMITS; 64 of them, each simulated dozens of times, ran for minutes)."""
+    (each run alone is within LIMITS; issue 37's 64 of them, each simulated dozens of times, ran for minutes)."""
     each = simulations(terms)
     total = sum(requests) * each
     if total > LIMITS.max_sweep_requests:
