@@ -164,9 +164,8 @@ def parse(items: tuple[str, ...] | list[str]) -> Space:
 def _value(path: str, text: str) -> Any:
     """One value as YAML reads it (`8`, `fp8_e4m3`, `true`; text that is no YAML stays text), checked alone
     against its field's type and range before any candidate is built (`config.paths.check_value`): a mapping, a
-    list or a number of thousands of digits is refused here, not simulated as an invalid candidate."""
-    if not text.strip():
-        return text
+    list or a number of thousands of digits is refused here, not simulated as an invalid candidate (an empty value
+    reads as null, which few fields take)."""
     try:
         value = safe_yaml.parse(text)[0]
     except safe_yaml.LimitError as e:
