@@ -83,6 +83,8 @@ def test_init_rate_nan_names_the_option(monkeypatch, capsys) -> None:
         ("deployment.decode.kv_cache=fp9", "'fp8_e4m3'"),
         ("deployment.decode.instances=0..3", "greater than 0"),
         ("traffic.rate=.nan", "traffic.rate"),
+        ("traffic.rate=1e400", "inf is out of range"),  # YAML's text, which the field reads as a number
+        ("deployment.decode.instances=1,,2", "valid integer"),
         ("model=/etc/passwd", "unknown model preset"),
         ("traffic.rate=1.5..3", "LO..HI takes integers"),
     ],

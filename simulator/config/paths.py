@@ -228,20 +228,21 @@ def check_value(path: str, value: Any) -> None:
     if isinstance(value, dict | list):
         raise InputError(f"{path}: {_shown(value)} is not one value (a number, a name or a boolean)")
     owner, adapter, preset = _leaf(path)
+    checked = value  # as the field reads it: the text "1e400" is the number inf
     try:
         if isinstance(value, str) and preset is not None:  # a preset's name, read where a scenario is loaded
             getattr(presets, preset)(value)
         elif adapter is not None:
-            adapter.validate_python(value)
+            checked = adapter.validate_python(value)
     except InputError as e:
         raise InputError(f"{path}: {e}") from None
     except ValidationError as e:
         msg = e.errors()[0]["msg"].removeprefix("Value error, ")
         raise InputError(f"{path}: {_shown(value)}: {msg}") from None
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(checked, int | float) and not isinstance(checked, bool):
         keys = tuple(path.split("."))
         try:
-            bounds.check_value(owner, keys[-1], value, keys)
+            bounds.check_value(owner, keys[-1], checked, keys)
         except ValueError as e:
             raise InputError(str(e)) from None
 
