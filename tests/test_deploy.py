@@ -57,7 +57,14 @@ def test_plan_out_writes_a_scenario_that_reproduces_the_winner(
     w = plan["winner"]
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(
-        ["kimi-k2.6-kv-formats-plan.yaml", "commands.sh", "launch-sglang.sh", "launch-vllm.sh", "answer.json"]
+        [
+            "kimi-k2.6-kv-formats-plan.yaml",
+            "commands.sh",
+            "launch-sglang.sh",
+            "launch-vllm.sh",
+            "bench.sh",
+            "answer.json",
+        ]
     )
     assert json.loads((folder / "answer.json").read_text()) == plan
     monkeypatch.chdir(tmp_path)  # the scenario runs from anywhere
