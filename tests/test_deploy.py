@@ -61,6 +61,7 @@ def test_plan_out_writes_a_scenario_that_reproduces_the_winner(
             "kimi-k2.6-kv-formats-plan.yaml",
             "commands.sh",
             "launch-sglang.sh",
+            "launch-sglang-router.sh",
             "launch-vllm.sh",
             "bench.sh",
             "answer.json",
@@ -79,6 +80,7 @@ def test_plan_out_writes_a_scenario_that_reproduces_the_winner(
     sglang = (folder / "launch-sglang.sh").read_text()
     assert sglang.count("python -m sglang.launch_server") == w["gpus"] // 8
     assert "--disaggregation-mode prefill" in sglang and "--disaggregation-mode decode" in sglang
+    assert "--pd-disaggregation" in (folder / "launch-sglang-router.sh").read_text()
     assert "vllm serve" in (folder / "launch-vllm.sh").read_text()
 
 

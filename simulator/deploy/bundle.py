@@ -4,7 +4,8 @@
   which `phaseplan run` accepts and which reproduces the answer's figures exactly (the same validated Scenario
   the plan simulated: the mapping it was built from, with the files it names made absolute);
 * `commands.sh`: the command that asked, and the run of the answer;
-* `launch-sglang.sh`, `launch-vllm.sh`: engine launch commands for the layout (`simulator.deploy.sglang`, `.vllm`),
+* `launch-sglang.sh`, `launch-sglang-router.sh`, `launch-vllm.sh`: engine launch commands for the layout
+  (`simulator.deploy.sglang`, `.vllm`; the router where there is one),
   checked against the chosen releases' flags (`simulator.deploy.flags`; the newest known by default);
 * `bench.sh`: the benchmark that replays the planned traffic against the deployment and feeds `phaseplan
   calibrate` (`simulator.deploy.bench`);
@@ -33,6 +34,7 @@ from simulator.workload.lengths import resolve
 NAMES = (
     "commands.sh",
     "launch-sglang.sh",
+    "launch-sglang-router.sh",
     "launch-vllm.sh",
     "bench.sh",
     "k8s-sglang.yaml",
@@ -105,14 +107,17 @@ def files(
         f"phaseplan run {shlex.quote(name)}",
     ]
     title = f"{one_line(sc)} ({sc.name})"
+    servers, router = sglang.split(sglang.launch(sc, release["sglang"], release["sglang-router"]))
     out = {
         folder / name: scenario_yaml(mapping, sc, base_dir, header),
         folder / "commands.sh": "\n".join(commands) + "\n",
-        folder / "launch-sglang.sh": render(sglang.launch(sc, release["sglang"], release["sglang-router"]), title),
+        folder / "launch-sglang.sh": render(servers, title),
         folder / "launch-vllm.sh": render(vllm.launch(sc, release["vllm"]), title),
         folder / "bench.sh": bench.script(sc, name, clients["sglang"], clients["vllm"], json.loads(answer_json)),
         folder / "answer.json": answer_json + "\n",
     }
+    if router is not None:  # SGLang's router: a package of its own, its flags checked against its own file
+        out[folder / "launch-sglang-router.sh"] = render(router, title)
     if k8s.needed(sc):
         out[folder / "k8s-sglang.yaml"] = k8s.manifest(sc, "sglang", release["sglang"], release["sglang-router"], title)
         out[folder / "k8s-vllm.yaml"] = k8s.manifest(sc, "vllm", release["vllm"], None, title)

@@ -10,6 +10,8 @@ name, the comment says why.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.config.scenario import Pool, Scenario
 from simulator.deploy import flags
 from simulator.deploy.command import Command, Launch, Slot, checked, host, memory, roles, slots, weights_source
@@ -137,3 +139,15 @@ def launch(sc: Scenario, release: flags.Release | None = None, router: flags.Rel
     engine = f"{release.label} (router: {router.label})"
     kept, refused = checked(commands, lambda c: router if "sglang_router.launch_router" in c.argv else release)
     return Launch(engine, kept, tuple(n for n in notes if n) + refused, (release, router), sc.model.checkpoint)
+
+
+def split(launch: Launch) -> tuple[Launch, Launch | None]:
+    """The servers' launch and the router's (its own package, its own script), or None without a router."""
+    routers = tuple(c for c in launch.commands if "sglang_router.launch_router" in c.argv)
+    servers = tuple(c for c in launch.commands if c not in routers)
+    release, router = launch.releases
+    ours = replace(launch, engine=release.label, commands=servers, releases=(release,))
+    if not routers:
+        return ours, None
+    notes = tuple(n for n in launch.notes if n.startswith(("routing.policy", "not written: router")))
+    return ours, Launch(router.label, routers, notes, (router,), launch.checkpoint)
