@@ -146,9 +146,9 @@ def render(launch: Launch, title: str) -> str:
         "# Run each command on the host it names; they are not meant to run in sequence from one shell.",
         "set -euo pipefail",
     ]
-    if launch.checkpoint:  # the published checkpoint unless the operator names another
+    if "MODEL_PATH" in used and launch.checkpoint:  # the published checkpoint unless the operator names another
         lines.append(default_var("MODEL_PATH", launch.checkpoint))
-    else:
+    elif "MODEL_PATH" in used:
         lines.append(': "${MODEL_PATH:?set MODEL_PATH to the checkpoint (a local folder or a Hugging Face repo id)}"')
     if any("DRAFT_MODEL_PATH" in _vars(c) for c in launch.commands):
         lines.append(': "${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the draft model checkpoint}"')

@@ -64,7 +64,7 @@ def _container(engine: str, version: str, sc: Scenario, pool: Pool, script: str,
 
 def _pod(container: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     return {
-        "metadata": {"labels": labels},
+        "metadata": {"labels": dict(labels)},  # copies: a dumped document repeats them rather than aliasing
         "spec": {"containers": [container], "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]},
     }
 
@@ -91,11 +91,11 @@ def _lws(
         worker = _container(engine, release.version, sc, pool, _script(make(_slot(sc, role, pool, 1)), local), port)
         spec["workerTemplate"] = _pod(worker, labels)
     else:
-        spec["workerTemplate"] = spec["leaderTemplate"]
+        spec["workerTemplate"] = _pod(dict(leader), labels)
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": {"name": name, "labels": dict(labels)},
         "spec": {"replicas": pool.instances, "leaderWorkerTemplate": spec},
     }
 
