@@ -187,6 +187,14 @@ DENSE |= {"intermediate_size": 128, "vocab_size": 100}
             {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:[unclosed"]}},
             "unterminated character set",
         ),
+        (
+            {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:a*a*a*b"]}},
+            "repeats too much",
+        ),
+        (
+            {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["x"] * 20_001}},
+            "more than 20,000 module names",
+        ),
     ],
 )
 def test_a_config_that_cannot_be_read_is_one_line(
