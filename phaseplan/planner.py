@@ -60,7 +60,16 @@ out_option = click.option(
     "--out",
     "out",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write the answer here: its scenario (runs as-is), commands.sh, SGLang and vLLM launch commands, JSON.",
+    help="Write the answer here: its scenario (runs as-is), commands.sh, SGLang and vLLM launch commands, bench.sh "
+    "(Kubernetes manifests where instances span nodes), JSON.",
+)
+engine_version_option = click.option(
+    "--engine-version",
+    "engine_versions_given",
+    multiple=True,
+    metavar="ENGINE=VERSION",
+    help="The release --out's commands are written for (repeatable; sglang, sglang-router, vllm) [default: the "
+    "newest whose flags are known, simulator/deploy/flags].",
 )
 
 
@@ -100,7 +109,14 @@ def check_out(out: Path | None, scenario: Path, suffix: str) -> None:
 
 
 def write_answer(
-    out: Path, scenario: Path, suffix: str, mapping: dict[str, Any], argv: list[str], header: list[str], text: str
+    out: Path,
+    scenario: Path,
+    suffix: str,
+    mapping: dict[str, Any],
+    argv: list[str],
+    header: list[str],
+    text: str,
+    versions: dict[str, str],
 ) -> None:
     """The answer's files, all or nothing (simulator/deploy/bundle.py)."""
     from simulator.atomic import write_files
@@ -108,7 +124,14 @@ def write_answer(
     from simulator.deploy.bundle import files
 
     sc = loader.validate(mapping, str(scenario))
-    write_files(files(out, f"{scenario.stem}-{suffix}", mapping, sc, scenario.parent, argv, header, text))
+    write_files(files(out, f"{scenario.stem}-{suffix}", mapping, sc, scenario.parent, argv, header, text, versions))
+
+
+def engine_versions(items: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """--engine-version items checked (before anything runs), and as the options that ask for them again."""
+    from simulator.deploy.flags import parse_choice
+
+    return parse_choice(items), [a for item in items for a in ("--engine-version", item)]
 
 
 def backend(kind: str, jobs: int | None) -> Backend:
@@ -194,6 +217,7 @@ def register(
     @json_option
     @click.option("--start", type=Finite(*RATE), help="First rate to try (default: the scenario's).")
     @out_option
+    @engine_version_option
     @jobs_option
     @backend_option
     @set_option
@@ -204,6 +228,7 @@ def register(
         as_json: bool,
         start: float | None,
         out: Path | None,
+        engine_versions_given: tuple[str, ...],
         jobs: int | None,
         backend_kind: str,
         sets: tuple[str, ...],
@@ -220,6 +245,7 @@ def register(
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
         check_out(out, scenario, "max-rate")
+        versions, version_options = engine_versions(engine_versions_given)
         check_fits(sc, scenario, sets)  # a deployment that does not fit meets the SLO at no rate
         check_trace(sc, scenario, work_limits(no_limits, max_requests))
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
@@ -238,6 +264,7 @@ def register(
             from simulator.planning.maxrate import mapping
 
             options = ["--slo", slo_text(limits)] + (["--start", _num(start)] if start is not None else [])
+            options += version_options
             write_answer(
                 out,
                 scenario,
@@ -246,6 +273,7 @@ def register(
                 asked("max-rate", scenario, options, sets, no_limits, max_requests),
                 [f"max-rate's answer: {res['max_rate_rps']:g} {res['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
+                versions,
             )
         if as_json:
             click.echo(dump(res))
@@ -286,6 +314,7 @@ def register(
         help="Also write the Pareto frontier (CSV, PNG) of the complete runs into this folder.",
     )
     @out_option
+    @engine_version_option
     @json_option
     @jobs_option
     @backend_option
@@ -300,6 +329,7 @@ def register(
         runners_up: int,
         pareto_out: Path | None,
         out: Path | None,
+        engine_versions_given: tuple[str, ...],
         as_json: bool,
         jobs: int | None,
         backend_kind: str,
@@ -325,6 +355,7 @@ def register(
 
             check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
         check_out(out, scenario, "plan")
+        versions, version_options = engine_versions(engine_versions_given)
         dims = spaces.parse(search) if search else spaces.default(sc, raw)
         total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
         with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
@@ -354,6 +385,7 @@ def register(
 
             options = ["--rate", _num(rate), "--slo", slo_text(limits), "--objective", objective]
             options += ["--runners-up", str(runners_up)] + [a for s in search for a in ("--search", s)]
+            options += version_options
             write_answer(
                 out,
                 scenario,
@@ -362,6 +394,7 @@ def register(
                 asked("plan", scenario, options, sets, no_limits, max_requests),
                 [f"plan's winner at {rate:g} {res['question']['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
+                versions,
             )
         if as_json:
             click.echo(dump(res))
