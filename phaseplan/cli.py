@@ -505,7 +505,9 @@ def bench_sim(
 @click.option("--prompt-tokens", type=click.IntRange(1, 100_000_000), default=4096, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(1, 100_000_000), default=512, show_default=True)
 @click.option(
-    "--duration-s", type=click.FloatRange(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
+    "--duration-s",
+    type=click.FloatRange(1e-3, 1e8),
+    help="Seconds of arrivals [default: long enough for the rate to show a steady state].",
 )
 @click.option(
     "--slo", metavar="ttft_p95_ms=…,tpot_p95_ms=…", help="The SLO's limits [default: ttft_p95_ms=2000,tpot_p95_ms=50]."
@@ -520,7 +522,7 @@ def init(
     concurrency: int | None,
     prompt_tokens: int,
     output_tokens: int,
-    duration_s: float,
+    duration_s: float | None,
     slo: str | None,
     name: str | None,
     out: Path | None,

@@ -242,7 +242,7 @@ def register(
                 out,
                 scenario,
                 "max-rate",
-                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent),
+                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent, res["trial"]),
                 asked("max-rate", scenario, options, sets, no_limits, max_requests),
                 [f"max-rate's answer: {res['max_rate_rps']:g} {res['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
@@ -350,7 +350,7 @@ def register(
             write(res["evaluated"], f"{sc.name} plan at {rate:g}", stem)
         w = res["winner"]
         if out is not None and w is not None:
-            from simulator.planning.search import mapping
+            from simulator.planning.search import winner_mapping
 
             options = ["--rate", _num(rate), "--slo", slo_text(limits), "--objective", objective]
             options += ["--runners-up", str(runners_up)] + [a for s in search for a in ("--search", s)]
@@ -358,7 +358,7 @@ def register(
                 out,
                 scenario,
                 "plan",
-                mapping(raw, res["question"]["fixed"], w["overrides"]),
+                winner_mapping(raw, res),
                 asked("plan", scenario, options, sets, no_limits, max_requests),
                 [f"plan's winner at {rate:g} {res['question']['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),

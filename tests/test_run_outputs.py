@@ -17,7 +17,7 @@ from rich.console import Console
 
 from simulator.config.specs import EngineSpec
 from simulator.folding import fold
-from simulator.results.metrics import percentiles
+from simulator.results.service import percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = str(ROOT / "scenarios" / "fleet-disaggregated.yaml")
