@@ -311,8 +311,10 @@ def sweep(
             continue
         ests.append(_preflight(at, scenario.parent, limits, allow_profile_mismatch, _point_label(p)))
     check_sweep_total(ests, limits)
-    with planner.backend(backend_kind, jobs) as b, planner.bar("sweep points", len(pts)) as tick:
-        results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
+    with planner.backend(backend_kind, jobs) as b:
+        with planner.bar("sweep points", len(pts)) as tick:
+            results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
+        pricing = None if as_json else planner.sweep_pricing(sc, raw, scenario, results, b)
     for r in results:
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
@@ -328,6 +330,7 @@ def sweep(
         click.echo(dump(results, compact=True))
     else:
         report.print_sweep(console, sc, results, csv_path)
+        planner.print_pricing(pricing)
 
 
 def _point_label(point: dict[str, Any]) -> str:

@@ -95,6 +95,7 @@ def _rejected(c: Candidate) -> dict[str, Any]:
         out["layout"] = one_line(c.scenario)
     if c.outcome is not None:
         out["stopped_early"] = c.outcome["stopped_early"]
+        out["trial"] = c.outcome["overrides"]
     return out
 
 

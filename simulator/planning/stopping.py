@@ -73,13 +73,20 @@ def lengthened(sc: Scenario, path: str, value: float | int) -> Scenario:
     return sc.model_copy(update={"traffic": sc.traffic.model_copy(update={field: value})})
 
 
-def describe(outcome: dict[str, Any]) -> str:
-    """How long a trial ran and how precise its binding metric is, for a report: `trial of 1,200 s of arrivals
-    (2 doublings), binding metric ±3.1%`."""
-    parts = []
-    for path, v in outcome.get("overrides", {}).items():
-        what = f"{v:,g} s of arrivals" if path.endswith("duration_s") else f"{v:,} requests"
-        parts.append(f"trial of {what} ({outcome['doublings']} doubling{'s' if outcome['doublings'] != 1 else ''})")
-    rel = outcome.get("precision")
-    parts.append("binding metric " + (f"±{rel:.1%}" if rel is not None else "without an interval (no steady state)"))
-    return ", ".join(parts)
+def describe(answer: dict[str, Any]) -> str:
+    """What an answer's figures were read over, for a report: its window, the trial's length and the binding
+    metric's precision — `steady state 52-1,200 s of a 1,200 s trial (the study's 300 s, lengthened by the
+    stopping rule); binding p95 ±9.6% (cap reached: 4x)`."""
+    m = answer["metrics"]
+    w, state = m["window_s"], m["steady_state"]
+    over = answer.get("trial") or {}
+    length = ", ".join(
+        f"{v:,g} s of arrivals" if k.endswith("duration_s") else f"{v:,} requests" for k, v in over.items()
+    )
+    trial = f"a trial of {length} (lengthened by the stopping rule)" if length else "the study's own trial"
+    where = f"steady state {w[0]:,.0f}-{w[1]:,.0f} s" if state["reached"] else f"NO STEADY STATE ({state['why']})"
+    rel = answer.get("trial_precision")
+    precision = f"binding p95 ±{rel:.1%}" if rel is not None else "binding p95 without an interval"
+    if rel is None or rel > PRECISION:
+        precision += f" (the cap: {2**DOUBLINGS}x the study's length)" if length else " (not lengthened)"
+    return f"{where} of {trial}; {precision}"

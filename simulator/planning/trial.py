@@ -44,6 +44,7 @@ class Trial:
     slo: SLO | None = None
     profile_draw: int | None = None
     limits: Limits | None = None
+    lengthen: bool = True  # False: one run as given (a trial re-priced at the length it was judged on)
 
 
 class _Missed(Exception):
@@ -187,7 +188,7 @@ def run_trial(trial: Trial) -> dict[str, Any]:
     out = _run(trial, sc)
     over: dict[str, Any] = {}
     n = 0
-    while slo is not None and n < stopping.DOUBLINGS and out["metrics"] is not None and not out["stopped_early"]:
+    while trial.lengthen and slo is not None and n < stopping.DOUBLINGS and out["metrics"] and not out["stopped_early"]:
         if stopping.precise(out["metrics"], slo):
             break
         k = min(stopping.doublings_needed(stopping.binding_precision(out["metrics"], slo)), stopping.DOUBLINGS - n)

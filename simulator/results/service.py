@@ -104,12 +104,12 @@ def windowed(run: RunRecord, end: float, gpus: int, price: float) -> dict[str, A
     if why is None:
         ci |= _latency_intervals(ttft, tpot, e2e, many, ok, which, figures)
     return {
-        "window_s": [round(w.start, 6), round(w.end, 6)],
+        "window_s": [w.start, w.end],  # at full precision: the requests in it are those arriving in it
         "steady_state": {
             "reached": why is None,
             "why": why,
-            "warmup_cut_s": round(w.start, 6),
-            "throughput_s": [round(lo, 6), round(hi, 6)],
+            "warmup_cut_s": w.start,
+            "throughput_s": [lo, hi],
             "method": steady.METHOD,
             "batches": steady.BATCHES,
             "batch_s": round(batch_s, 6),
