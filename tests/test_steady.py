@@ -129,10 +129,12 @@ def test_a_closed_loops_first_wave_is_cut_from_the_figures() -> None:
     assert m["window_s"][0] > 0 and m["full_run"]["ttft_ms"]["p95"] > wave > m["ttft_ms"]["p95"]
 
 
-def test_a_run_too_short_for_a_steady_state_says_so(monkeypatch, capsys, tmp_path: Path) -> None:
+def test_init_writes_a_steady_state_and_a_minute_is_too_short_for_it(monkeypatch, capsys, tmp_path: Path) -> None:
     path = str(tmp_path / "k.yaml")
     args = ["init", "--rate", "5", "--prompt-tokens", "8192", "--output-tokens", "1024", "--out", path]
     assert invoke(monkeypatch, capsys, *args)[0] == 0
+    code, out, _ = invoke(monkeypatch, capsys, "run", path, "--json")
+    assert code == 0 and json.loads(out)["metrics"]["steady_state"]["reached"]  # init's length shows one
     code, out, _ = invoke(monkeypatch, capsys, "run", path, "--set", "traffic.duration_s=60", "--json")
     m = json.loads(out)["metrics"]
     assert code == 0 and not m["steady_state"]["reached"] and m["steady_state"]["why"]
