@@ -125,6 +125,9 @@ def _throughput_intervals(
 ) -> dict[str, Any]:
     """Throughput's and cost's intervals from the tokens arriving in each batch of [lo, hi]: arrivals in disjoint
     spans are independent, so these hold wherever the window is (a latency's need a steady state)."""
+    names = ("output_tokens_per_s", "input_tokens_per_s", "output_tokens_per_s_per_gpu", "cost_per_mtok_usd")
+    if hi <= lo:  # every request arrived at once: no span to cut into batches
+        return dict.fromkeys(names)
     which = _batch_of(s.arrival[counted], lo, hi)
     width = (hi - lo) / steady.BATCHES
     ci: dict[str, Any] = {}
