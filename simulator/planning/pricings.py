@@ -236,7 +236,7 @@ def _plan_flip(entries: list[dict[str, Any]], outs: list[dict[str, Any]], object
         return None
     if _rank(entries[1], outs[1]["metrics"], objective) < _rank(win, got["metrics"], objective):
         a, b = got["metrics"]["cost_per_mtok_usd"], outs[1]["metrics"]["cost_per_mtok_usd"]
-        return f"the runner-up ({entries[1]['layout']}) ranks ahead of the winner (${b:,.2f} vs ${a:,.2f} per M tokens)"
+        return f"the runner-up ({entries[1]['layout']}) ranks ahead of the winner (${b:,.3f} vs ${a:,.3f} per M tokens)"
     return None
 
 
