@@ -178,6 +178,28 @@ def run_repeats(
         print_repeats(console, res)
 
 
+def sweep_pricing(
+    sc: Scenario, raw: dict[str, Any], scenario: Path, results: list[dict[str, Any]], b: Backend
+) -> str | None:
+    """The line saying the pricing decides the sweep's comparison (`simulator/planning/pricings.py`), or None.
+    Its runs are the decision's two points, priced every other bundled way (the text report only: a sweep's JSON
+    is its points)."""
+    from simulator.planning import pricings
+    from simulator.planning.sweeps import sweep_point
+
+    def run(jobs: list[Any]) -> list[dict[str, Any]]:
+        return b.map(sweep_point, jobs)
+
+    with status("pricing the decision the other bundled ways"):
+        rev = pricings.sweep_reversals(sc, raw, str(scenario), scenario.parent, results, run)
+    return pricings.sweep_line(rev)
+
+
+def print_pricing(line: str | None) -> None:
+    if line:
+        Folding(Console()).print(line)
+
+
 def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
     """The limits every trial's run must pass (`--no-limits`, `--max-requests`), as `run`'s."""
     from simulator.budget import Limits
@@ -198,6 +220,20 @@ def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
         band = bands.line(sc.engine, "latency", f"the winner's {name} p95", v, "ms", seqs, gpu)
         if band:
             Folding(console).print(band)
+
+
+def _plan_pricing(
+    raw: dict[str, Any], sc: Scenario, scenario: Path, res: dict[str, Any], slo: Any, b: Backend, limits: Limits
+) -> dict[str, Any] | None:
+    """The plan's winner and runner-up priced every other bundled way, each on the trial it was judged on."""
+    from simulator.planning import pricings
+    from simulator.planning.trial import Trial, run_trial
+
+    def run(scs: list[Scenario]) -> list[dict[str, Any]]:
+        return b.map(run_trial, [Trial(s, scenario.parent, slo, limits=limits, lengthen=False) for s in scs])
+
+    with status("pricing the answer the other bundled ways"):
+        return pricings.plan_reversals(res, raw, str(scenario), scenario.parent, sc, run)
 
 
 def register(
@@ -269,7 +305,7 @@ def register(
                 out,
                 scenario,
                 "max-rate",
-                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent),
+                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent, res["trial"]),
                 asked("max-rate", scenario, options, sets, no_limits, max_requests),
                 [f"max-rate's answer: {res['max_rate_rps']:g} {res['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
@@ -358,30 +394,32 @@ def register(
         versions, version_options = engine_versions(engine_versions_given)
         dims = spaces.parse(search) if search else spaces.default(sc, raw)
         total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
-        with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
-            counter = Counter(tick)
-            res = run_plan(
-                raw,
-                sc,
-                str(scenario),
-                scenario.parent,
-                rate=rate,
-                slo=limits,
-                space=dims,
-                objective=objective,
-                runners_up=runners_up,
-                backend=b,
-                on_level=lambda *_: counter.start_batch(),
-                on_done=counter,
-                limits=work_limits(no_limits, max_requests),
-            )
+        with backend(backend_kind, jobs) as b:
+            with bar("simulating candidates", total) as tick:
+                counter = Counter(tick)
+                res = run_plan(
+                    raw,
+                    sc,
+                    str(scenario),
+                    scenario.parent,
+                    rate=rate,
+                    slo=limits,
+                    space=dims,
+                    objective=objective,
+                    runners_up=runners_up,
+                    backend=b,
+                    on_level=lambda *_: counter.start_batch(),
+                    on_done=counter,
+                    limits=work_limits(no_limits, max_requests),
+                )
+            res["pricing"] = _plan_pricing(raw, sc, scenario, res, limits, b, work_limits(no_limits, max_requests))
         if pareto_out is not None and res["evaluated"]:
             from simulator.planning.pareto import write
 
             write(res["evaluated"], f"{sc.name} plan at {rate:g}", stem)
         w = res["winner"]
         if out is not None and w is not None:
-            from simulator.planning.search import mapping
+            from simulator.planning.search import winner_mapping
 
             options = ["--rate", _num(rate), "--slo", slo_text(limits), "--objective", objective]
             options += ["--runners-up", str(runners_up)] + [a for s in search for a in ("--search", s)]
@@ -390,7 +428,7 @@ def register(
                 out,
                 scenario,
                 "plan",
-                mapping(raw, res["question"]["fixed"], w["overrides"]),
+                winner_mapping(raw, res),
                 asked("plan", scenario, options, sets, no_limits, max_requests),
                 [f"plan's winner at {rate:g} {res['question']['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
@@ -401,6 +439,9 @@ def register(
         else:
             print_plan(console, res)
             _plan_band(console, sc, res)
+            from simulator.planning.pricings import plan_line
+
+            print_pricing(plan_line(res["pricing"]))
         if w is None:
             nothing = " (nothing written to --out)" if out is not None else ""
             click.echo(f"error: no candidate meets the SLO at this rate{nothing}", err=True)
