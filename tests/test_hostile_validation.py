@@ -119,18 +119,18 @@ def test_a_case_id_is_a_name_never_a_path(tmp_path, monkeypatch, capsys) -> None
 
 def test_the_suites_work_is_estimated_before_it_runs(tmp_path, monkeypatch) -> None:
     """Each served case is within run's limits, yet the fit runs every case dozens of times: the suite's total is
-    bounded as a sweep's is, before anything runs."""
+    bounded before anything runs."""
     folder = tmp_path / "suite"
     (folder / "cases").mkdir(parents=True)
     body = "metric: output_tok_s\nhow: {kind: serve}\n" + SERVED + "set: {traffic.requests: 600000}\n"
     for i in range(3):
         (folder / "cases" / f"c{i}.yaml").write_text(HEAD.format(id=f"c{i}") + body)
     cases = suite.load_cases(folder)
-    assert all(c.requests == 600_000 for c in cases)
-    with pytest.raises(Exception, match=r"about 7,200,000 requests .* over the limit") as e:
-        suite.check_work(cases * 4, [])  # 7.2M: each evaluated once without parameters
+    assert all(c.requests == 600_000 for c in cases) and suite.MAX_REQUESTS == 20_000_000
+    with pytest.raises(Exception, match=r"about 21,600,000 requests .* over the limit of 20,000,000") as e:
+        suite.check_work(cases * 12, [])  # each evaluated once without parameters
     assert type(e.value).__name__ == "InputError"
-    suite.check_work(cases * 2, [])  # 3.6M: within
+    suite.check_work(cases * 10, [])  # 18M: within
     with pytest.raises(Exception, match=r"up to 54 times by the fit of 4 parameters"):
         suite.check_work(cases[:1], fit.load(suite.SUITE / "fit.yaml"))  # 600,000 × 54
     assert fit.evaluations(4) == 1 + fit.ITERATIONS * (4 + fit.BACKTRACKS) + 4 + 1

@@ -85,7 +85,7 @@ def work_rows() -> list[str]:
         "its scenario has, within that pool's KV cache per rank, at most `max_running` prompts a step); requests "
         f"over the suite's simulations (each served case run up to {each} times by the fit) | "
         f"{num(suite.MAX_CASES)}; {fit.MAX_PARAMETERS}; the limits of a run; the pool's; "
-        f"{num(lim.max_sweep_requests)} | error naming the case file, its line and field |",
+        f"{num(suite.MAX_REQUESTS)} | error naming the case file, its line and field |",
         f"| `calibrate`: benchmark runs, counted as the files are read; requests and output tokens of one run; "
         f"requests over the fit's simulations (each run simulated up to 2 + terms + "
         f"{each.replace('parameters', 'terms')} times) | "
