@@ -17,6 +17,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_v
 from simulator.config import loader, safe_yaml
 from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
+from simulator.validation import sources
 
 REPO = Path(__file__).resolve().parents[2]  # the repo: the bundled suite (validation/) and its scenarios
 
@@ -120,6 +121,9 @@ class CaseFile(Strict):
     unit: str = Field(min_length=1)
     published: PositiveFloat
     source: Source
+    source_id: str | None = Field(
+        None, min_length=1, description="Only where two URLs are truly one source: the id they share (sources.py)."
+    )
     quote: str = Field(min_length=1)
     how: How
     notes: str = Field(min_length=1, description="What the source did not state and what the case assumes.")
@@ -144,6 +148,7 @@ class Case:
     def __init__(self, path: Path, spec: CaseFile, data: dict[str, Any], lines: dict[tuple[str, ...], int]) -> None:
         self.path, self.spec, self.data, self.lines = path, spec, data, lines
         self.id = spec.id
+        self.source_id = spec.source_id or sources.source_id(spec.source.url)
         self.scenario = self.scenario_with({})  # validated once at load, so a bad scenario is a load error
 
     def scenario_with(self, overrides: dict[str, Any]) -> Scenario:
