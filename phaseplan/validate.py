@@ -98,10 +98,12 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         if write_bands:
             write_files({bands.BANDS: json.dumps(bands.from_rows(res["cases"]), indent=1, sort_keys=True) + "\n"})
         if as_json:
-            click.echo(dump({k: res[k] for k in ("cases", *SUMMARY, "coverage", "fitted")}))
+            click.echo(dump({k: res[k] for k in ("cases", *SUMMARY, "coverage", "by_source", "fitted")}))
             return
         if coverage:
             console.print(coverage_table(res["coverage"], bands.MIN_SOURCES, console.width))
+            console.print()
+            console.print(source_table(res["by_source"], console.width))
         else:
             console.print(case_table(res["cases"], console.width))
         console.print(summary_line(res))
@@ -141,7 +143,7 @@ def case_table(rows: list[dict[str, Any]], width: int) -> Table:
     room = width - sum(others) - 2 * (len(cols) - 1)  # a space either side of each column but the outer edges
     for row in cells:
         row[0] = shorten(row[0], max(room, 12))
-    t = Table(*cols, box=None, pad_edge=False, header_style="bold")
+    t = _table(*cols)
     for row in cells:
         t.add_row(*row)
     return t
@@ -157,9 +159,10 @@ def shorten(text: str, width: int) -> str:
 
 def coverage_table(matrix: list[dict[str, Any]], min_sources: int, width: int) -> Table:
     """The coverage matrix, one line a cell: its axes, its cases and sources (a thin cell, with fewer than
-    `min_sources`, marked "thin"); from `WIDE` columns also the cases and sources of each kind of figure."""
+    `min_sources`, marked "thin") and the median |error| of its cases with their source left out; from `WIDE`
+    columns also the cases and sources of each kind of figure."""
     wide = width >= WIDE
-    t = Table(
+    t = _table(
         "GPU",
         "engine",
         "weights",
@@ -167,17 +170,32 @@ def coverage_table(matrix: list[dict[str, Any]], min_sources: int, width: int) -
         "regime",
         Column("cases", justify="right"),
         Column("sources", justify="right"),
+        Column("|loso|", justify="right"),
         *(["kinds: cases/sources"] if wide else []),
-        box=None,
-        pad_edge=False,
-        header_style="bold",
     )
     for c in matrix:
         thin = "" if c["sources"] >= min_sources else " thin"
         kinds = " ".join(f"{KIND[k]} {v['cases']}/{v['sources']}" for k, v in c["kinds"].items())
         axes = (c["hardware"], c["engine"], c["weights"], c["model_class"], c["regime"])
-        t.add_row(*axes, str(c["cases"]), f"{c['sources']}{thin}", *([kinds] if wide else []))
+        counts = (str(c["cases"]), f"{c['sources']}{thin}", f"{c['median_abs_loso_error']:.1%}")
+        t.add_row(*axes, *counts, *([kinds] if wide else []))
     return t
+
+
+def source_table(sources: list[dict[str, Any]], width: int) -> Table:
+    """One line a source: its id (shortened in the middle to fit), cases, cells and median |loso|."""
+    rows = [(s["source_id"], str(s["cases"]), str(s["cells"]), f"{s['median_abs_loso_error']:.1%}") for s in sources]
+    room = width - max(len("cases"), *(len(r[1]) for r in rows)) - len("cells") - len("|loso|") - 6
+    t = _table(
+        "source", Column("cases", justify="right"), Column("cells", justify="right"), Column("|loso|", justify="right")
+    )
+    for r in rows:
+        t.add_row(shorten(r[0], max(room, 12)), *r[1:])
+    return t
+
+
+def _table(*cols: Column | str) -> Table:
+    return Table(*cols, box=None, pad_edge=False, header_style="bold")
 
 
 def summary_line(res: dict[str, Any]) -> str:

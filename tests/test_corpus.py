@@ -144,10 +144,16 @@ def test_the_coverage_matrix_counts_cases_and_sources_per_cell_and_kind() -> Non
     rows = [_row("a", 0.1), _row("a", -0.2), _row("b", 0.1), _row("b", 0.3, "ttft"), _row("c", 0.1, regime="few")]
     got = cells.coverage(rows, 3)
     assert [(c["regime"], c["cases"], c["sources"]) for c in got] == [("batched", 4, 2), ("few", 1, 1)]
+    assert got[0]["median_abs_loso_error"] == pytest.approx(0.15)  # of 0.1, 0.2, 0.1, 0.3
     assert got[0]["kinds"] == {
-        "tpot": {"cases": 3, "sources": 2, "thin": True},
-        "ttft": {"cases": 1, "sources": 1, "thin": True},
+        "tpot": {"cases": 3, "sources": 2, "median_abs_loso_error": 0.1, "thin": True},
+        "ttft": {"cases": 1, "sources": 1, "median_abs_loso_error": 0.3, "thin": True},
     }
+    assert cells.by_source(rows) == [
+        {"source_id": "a", "cases": 2, "cells": 1, "median_abs_loso_error": pytest.approx(0.15)},
+        {"source_id": "b", "cases": 2, "cells": 1, "median_abs_loso_error": pytest.approx(0.2)},
+        {"source_id": "c", "cases": 1, "cells": 1, "median_abs_loso_error": 0.1},
+    ]
 
 
 def test_a_band_is_the_conformal_quantile_of_the_held_out_errors() -> None:

@@ -138,7 +138,7 @@ def test_json_fields_and_summary_agree(monkeypatch: pytest.MonkeyPatch, capsys: 
     code, out, _ = invoke(monkeypatch, capsys, "validate", *args, "--json")
     assert code == 0
     doc = json.loads(out)
-    assert set(doc) == {"cases", *suite.summary(doc["cases"]), "coverage", "fitted"}
+    assert set(doc) == {"cases", *suite.summary(doc["cases"]), "coverage", "by_source", "fitted"}
     assert [c["id"] for c in doc["cases"]] == list(ids)
     need = {"id", "metric", "published", "predicted", "error", "loo_error", "loso_error", "source", "source_id"}
     for c in doc["cases"]:

@@ -12,6 +12,7 @@ prompt tokens per output token of its traffic.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import astuple, dataclass, fields
 from typing import Any, Literal
 
@@ -105,10 +106,11 @@ def cell(scenario: dict[str, Any], pool: str, sequences: int, prompt_per_output:
 
 
 def of_answer(scenario: dict[str, Any], metrics: dict[str, Any]) -> Cell:
-    """The cell of a Result's run (its scenario and metrics): the decode pool, its peak decode batch, the tokens it
-    was given and gave."""
+    """The cell of a Result's run (its scenario and metrics): the decode pool, its peak decode batch, and the
+    prompt tokens it computed (those its prefix cache did not hold) per token it gave."""
     out = metrics.get("output_tokens") or 0
-    ratio = metrics.get("input_tokens", 0) / out if out else math.inf
+    computed = metrics.get("input_tokens", 0) * (1 - metrics.get("prefix_hit_rate", 0.0))
+    ratio = computed / out if out else math.inf
     return cell(scenario, "decode", int(metrics["max_running"]), ratio)
 
 
@@ -117,17 +119,37 @@ def fields_of(c: Cell) -> dict[str, str]:
 
 
 def coverage(rows: list[dict[str, Any]], min_sources: int) -> list[dict[str, Any]]:
-    """The matrix: per cell with cases, its cases and sources, and per kind the same and whether it is thin
-    (fewer than `min_sources` sources: an answer there reads its neighbours' band, said as outside the validated
-    region)."""
+    """The matrix: per cell with cases, its cases, sources and median |leave-one-source-out error|, and per kind
+    the same and whether it is thin (fewer than `min_sources` sources: an answer there reads its neighbours'
+    band, said as outside the validated region)."""
     out = []
     for c in sorted({Cell(*(r[a] for a in AXES)) for r in rows}):
         mine = [r for r in rows if all(r[a] == v for a, v in fields_of(c).items())]
         kinds = {
-            k: {"cases": len(ks), "sources": (n := len({r["source_id"] for r in ks})), "thin": n < min_sources}
-            for k in KINDS
-            if (ks := [r for r in mine if r["kind"] == k])
+            k: {**_counts(ks), "thin": _counts(ks)["sources"] < min_sources} for k in KINDS if (ks := _of(mine, k))
         }
-        sources = len({r["source_id"] for r in mine})
-        out.append({**fields_of(c), "cases": len(mine), "sources": sources, "kinds": kinds})
+        out.append({**fields_of(c), **_counts(mine), "kinds": kinds})
     return out
+
+
+def by_source(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per source: its cases, the cells they fall in, and their median |leave-one-source-out error|."""
+    out = []
+    for s in sorted({r["source_id"] for r in rows}):
+        mine = [r for r in rows if r["source_id"] == s]
+        cells = len({tuple(r[a] for a in AXES) for r in mine})
+        loso = statistics.median(abs(r["loso_error"]) for r in mine)
+        out.append({"source_id": s, "cases": len(mine), "cells": cells, "median_abs_loso_error": loso})
+    return out
+
+
+def _of(rows: list[dict[str, Any]], k: str) -> list[dict[str, Any]]:
+    return [r for r in rows if r["kind"] == k]
+
+
+def _counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "cases": len(rows),
+        "sources": len({r["source_id"] for r in rows}),
+        "median_abs_loso_error": statistics.median(abs(r["loso_error"]) for r in rows),
+    }

@@ -103,6 +103,7 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
         "cases": rows,
         **summary(rows),
         "coverage": cells.coverage(rows, bands.MIN_SOURCES),
+        "by_source": cells.by_source(rows),
         "fitted": fitted.values,
     }
 
