@@ -162,24 +162,6 @@ def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
     return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
 
 
-def _plan_band(console: Any, raw: dict[str, Any], sc: Any, res: dict[str, Any]) -> None:
-    """The band of the limit the plan's winner binds on (its latency with the least headroom: TTFT or TPOT), in
-    the winner's own cell (its GPU, weights and batch may not be the study's)."""
-    from simulator.config import loader
-    from simulator.planning.search import mapping
-    from simulator.planning.slo import SLO
-    from simulator.validation import bands, cells
-
-    w = res.get("winner")
-    tight = SLO(**res["question"]["slo"]).tightest(w["metrics"]) if w else None
-    if tight is not None:
-        _, name, v, _ = tight
-        won = loader.validate(mapping(raw, res["question"]["fixed"], w["overrides"]), "the plan's winner")
-        cell = cells.of_answer(won.model_dump(mode="json"), w["metrics"])
-        k = cells.kind(f"{name.lower()}_ms")
-        Folding(console).print(bands.line(won.engine, k, f"the winner's {name} p95", v, "ms", cell))
-
-
 def register(
     cli: click.Group,
     scenario_arg: Decorator,
@@ -254,11 +236,9 @@ def register(
             click.echo(dump(res))
         else:
             print_max_rate(console, res, sc.name)
-            from simulator.validation import bands, cells
+            from simulator.validation import bands
 
-            cell = cells.of_answer(sc.model_dump(mode="json"), res["metrics"])
-            band = bands.line(sc.engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], cell)
-            Folding(console).print(band)
+            Folding(console).print(bands.max_rate_line(sc.model_dump(mode="json"), sc.engine, res))
 
     @cli.command()
     @scenario_arg
@@ -367,7 +347,11 @@ def register(
             click.echo(dump(res))
         else:
             print_plan(console, res)
-            _plan_band(console, raw, sc, res)
+            from simulator.validation import bands
+
+            band = bands.plan_line(raw, res)
+            if band:
+                Folding(console).print(band)
         if w is None:
             nothing = " (nothing written to --out)" if out is not None else ""
             click.echo(f"error: no candidate meets the SLO at this rate{nothing}", err=True)

@@ -29,6 +29,7 @@ from simulator.planning.openloop import current_rate, unit
 from simulator.planning.search import plan
 from simulator.planning.slo import SLO
 from simulator.results.report import provenance_line
+from simulator.validation import bands
 
 PLAN_MAX_REQUESTS = 1000  # per trial: a search runs tens of them
 
@@ -102,6 +103,7 @@ def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scena
     b.metric("TTFT p95 there", num(m["ttft_ms"]["p95"], "ms"))
     c.metric("TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"))
     d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$"))
+    st.caption(bands.max_rate_line(sc.model_dump(mode="json"), sc.engine, res))
     st.info(provenance_line(res))
     with st.expander(f"the {len(res['trials'])} rates tried"):
         st.table(
@@ -203,6 +205,9 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
         cols = st.columns(3)
         for i, (label, value) in enumerate(cells):
             cols[i % 3].metric(label, value)
+        band = bands.plan_line(raw, res)
+        if band:
+            st.caption(band)
         st.info(provenance_line(res))
     if res["runners_up"]:
         st.markdown("**Runners-up**")

@@ -189,3 +189,28 @@ def headline(result: dict[str, Any], what: str, tok_s: float) -> list[str]:
         if m[key]["p95"]:
             out.append(line(engine, kind(key), f"{name} p95", m[key]["p95"], "ms", cell))
     return out
+
+
+def max_rate_line(scenario: dict[str, Any], engine: EngineSpec, res: dict[str, Any]) -> str:
+    """The band of a max-rate answer (`simulator.planning.maxrate`) on its scenario (its JSON dump): a
+    throughput, in the cell of the run at that rate."""
+    cell = of_answer(scenario, res["metrics"])
+    return line(engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], cell)
+
+
+def plan_line(raw: dict[str, Any], res: dict[str, Any]) -> str | None:
+    """The band of the limit a plan's winner binds on (its latency with the least headroom: TTFT or TPOT, each
+    its own kind), in the winner's own cell (its GPU, weights and batch may not be the study's); None without a
+    winner or figures."""
+    from simulator.config import loader
+    from simulator.planning.search import mapping
+    from simulator.planning.slo import SLO
+
+    w = res.get("winner")
+    tight = SLO(**res["question"]["slo"]).tightest(w["metrics"]) if w else None
+    if tight is None:
+        return None
+    _, name, value, _ = tight
+    won = loader.validate(mapping(raw, res["question"]["fixed"], w["overrides"]), "the plan's winner")
+    cell = of_answer(won.model_dump(mode="json"), w["metrics"])
+    return line(won.engine, kind(f"{name.lower()}_ms"), f"the winner's {name} p95", value, "ms", cell)
