@@ -214,3 +214,28 @@ def test_band_coverage_judges_each_case_by_a_band_its_own_source_did_not_make() 
     judged = bands.judged(rows)
     assert [b.width for b in judged] == [0.5, 0.5, 0.5, 0.05]  # type: ignore[union-attr]
     assert bands.band_coverage(rows) == 0.75
+
+
+@pytest.mark.parametrize(
+    "name, cell",
+    [
+        ("dsv3-h100-ep32-prefill-2k", ("h100", "sglang-0.5", "fp8", "mla-moe", "multi-node")),  # 4 nodes an instance
+        ("glm-5-h200-sglang-tp8-eagle-c1", ("h200", "sglang-0.5", "fp8", "sparse-moe", "speculative")),
+        ("dsr1-h200-vllm-tp8-burst-32k", ("h200", "vllm-0.x", "fp8", "mla-moe", "prefill")),  # 32,000 / 100 tokens
+        ("qwen3-8b-h100-vllm-bf16-c4", ("h100", "vllm-0.x", "bf16", "gqa-dense", "few")),
+        ("qwen3-235b-b200-sglang-tp8-8k1k-c64", ("b200", "sglang-0.5", "bf16", "gqa-moe", "batched")),  # 8 a token
+    ],
+)
+def test_a_case_is_filed_in_the_cell_of_the_deployment_it_ran(name: str, cell: tuple[str, ...]) -> None:
+    from simulator.validation import measure
+
+    c = case.load(suite.SUITE / "cases" / f"{name}.yaml", ROOT)
+    assert measure.cell(c, measure.sequences(c)) == Cell(*cell)
+
+
+def test_an_answers_prefill_share_counts_only_the_prompt_its_prefix_cache_did_not_hold() -> None:
+    sc = case.load(suite.SUITE / "cases" / "qwen3-8b-h100-vllm-bf16-c4.yaml", ROOT).scenario.model_dump(mode="json")
+    m = {"max_running": 64, "input_tokens": 20_000, "output_tokens": 1_000, "prefix_hit_rate": 0.0}
+    assert cells.of_answer(sc, m).regime == "prefill"  # 20 prompt tokens an output token
+    assert cells.of_answer(sc, m | {"prefix_hit_rate": 0.5}).regime == "batched"  # 10 computed
+    assert cells.of_answer(sc, m | {"max_running": 4, "prefix_hit_rate": 0.5}).regime == "few"
