@@ -249,6 +249,7 @@ def test_each_fitted_parameter_has_an_unfitted_value_from_the_engine_schema() ->
         ("qwen3-8b-h100-sglang-bf16-c4", "dp_sync_us", 5000.0),  # dp 1
         ("dsv3-h200-dp16-decode", "tbo_hidden_share", 0.5),  # no two-batch overlap
         ("dsv3-h200-dp16-decode", "fp8_kv_read_factor", 3.0),  # a BF16 cache
+        ("glm-4.6-h200-vllm-bf16-tp8-burst-2k", "fp8_gemm_mma_factor", 3.0),  # BF16 weights, nothing in FP8
     ],
 )
 def test_a_term_the_fit_does_not_step_on_a_case_cannot_move_it(name: str, term: str, step: float) -> None:

@@ -7,8 +7,9 @@ value per parameter over all its cases.
 
 The fit is least squares on r_i = log(predicted_i / published_i), **linearised**: each case is evaluated at the
 current point and at one finite-difference step per parameter that can move it (`Target.moved_by`: a DP sync
-term cannot move a case without DP attention, so its step is not simulated there; its derivative is exactly 0),
-the bounded linear problem min Σ (r_i + J_i · Δp)² is solved (`scipy.optimize.least_squares`), and the point
+term cannot move a case without DP attention, so its step is not simulated there; its derivative is exactly 0;
+and a case is never simulated twice at one point of the parameters that can move it, `_Memo`), the bounded
+linear problem min Σ (r_i + J_i · Δp)² is solved (`scipy.optimize.least_squares`), and the point
 moves there, a few times (Gauss-Newton), until it stops moving.
 
 Held-out errors are refits from the last linearisation (`_refit`): with a case, or a whole group of cases (its
@@ -152,18 +153,18 @@ def fit(
     start = np.array([p.start for p in params])
     unfitted = np.array([p.start if p.unfitted is None else p.unfitted for p in params])
     box = _Box(np.array([p.low for p in params]), np.array([p.high for p in params]), start, prior, unfitted)
-    movable = np.array([[t.engine in p.engines and t.moved_by(p.path) for p in params] for t in targets])
+    memo = _Memo(targets, params)
     x = start.copy()
-    figures = _figures(targets, params, x)
+    figures = memo.figures(x)
     r = np.log(figures / published)
     jac = None
     for _ in range(ITERATIONS):
-        jac = _jacobian(targets, params, x, published, r, movable)
+        jac = _jacobian(memo, x, published, r)
         dx = _solve(r, jac, x, box, np.ones(len(r), dtype=bool))
         now = _cost(r, x, box)
         for _ in range(BACKTRACKS):  # the linearised step, kept only where the simulated error falls
             trial = np.clip(x + dx, box.low, box.high)
-            f_trial = _figures(targets, params, trial)
+            f_trial = memo.figures(trial)
             r_trial = np.log(f_trial / published)
             if _cost(r_trial, trial, box) <= now:
                 break
@@ -174,7 +175,7 @@ def fit(
         if np.all(np.abs(dx) <= TOLERANCE * (box.high - box.low)):
             break
     if jac is None:
-        jac = _jacobian(targets, params, x, published, r, movable)
+        jac = _jacobian(memo, x, published, r)
     at = _Linearisation(x, r, jac, box, _solve(r, jac, x, box, np.ones(len(r), dtype=bool)))
     group = np.array(range(len(targets)) if groups is None else groups)
     loo = []
@@ -246,8 +247,25 @@ def _overrides(engine: str, params: Sequence[Parameter], x: np.ndarray) -> dict[
     return {p.path: float(v) for p, v in zip(params, x, strict=True) if engine in p.engines}
 
 
-def _figures(targets: Sequence[Target], params: Sequence[Parameter], x: np.ndarray) -> np.ndarray:
-    return np.array([t.predict(_overrides(t.engine, params, x)) for t in targets])
+class _Memo:
+    """Each target's figure per point of the parameters that can move it (`Target.moved_by`): the figure is a
+    function of those values alone and the simulation deterministic, so a point met again — a target the last
+    step did not move, a case no parameter can move — is not simulated again."""
+
+    def __init__(self, targets: Sequence[Target], params: Sequence[Parameter]) -> None:
+        self.targets, self.params = targets, params
+        self.movable = np.array([[t.engine in p.engines and t.moved_by(p.path) for p in params] for t in targets])
+        self.seen: dict[tuple[int, tuple[float, ...]], float] = {}
+
+    def figure(self, i: int, x: np.ndarray) -> float:
+        key = (i, tuple(x[self.movable[i]].tolist()))
+        if key not in self.seen:
+            t = self.targets[i]
+            self.seen[key] = t.predict(_overrides(t.engine, self.params, x))
+        return self.seen[key]
+
+    def figures(self, x: np.ndarray) -> np.ndarray:
+        return np.array([self.figure(i, x) for i in range(len(self.targets))])
 
 
 def _cost(r: np.ndarray, x: np.ndarray, box: _Box) -> float:
@@ -256,24 +274,16 @@ def _cost(r: np.ndarray, x: np.ndarray, box: _Box) -> float:
     return float(r @ r + pull @ pull)
 
 
-def _jacobian(
-    targets: Sequence[Target],
-    params: Sequence[Parameter],
-    x: np.ndarray,
-    published: np.ndarray,
-    r: np.ndarray,
-    movable: np.ndarray,
-) -> np.ndarray:
+def _jacobian(memo: _Memo, x: np.ndarray, published: np.ndarray, r: np.ndarray) -> np.ndarray:
     """The finite-difference Jacobian of the log errors `r` at x (a step towards the inside of the bounds); a
-    target a parameter cannot move (`movable`) has 0 there without a simulation."""
-    jac = np.zeros((len(targets), len(params)))
-    for j, p in enumerate(params):
+    target a parameter cannot move has 0 there without a simulation."""
+    jac = np.zeros((len(memo.targets), len(memo.params)))
+    for j, p in enumerate(memo.params):
         h = p.step if x[j] + p.step <= p.high else -p.step
         xj = x.copy()
         xj[j] += h
-        for i in np.flatnonzero(movable[:, j]):
-            t = targets[i]
-            jac[i, j] = (math.log(t.predict(_overrides(t.engine, params, xj)) / published[i]) - r[i]) / h
+        for i in np.flatnonzero(memo.movable[:, j]):
+            jac[i, j] = (math.log(memo.figure(i, xj) / published[i]) - r[i]) / h
     return jac
 
 

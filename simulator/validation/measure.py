@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from simulator.budget import mean_length
+from simulator.capacity import format_rule
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.run import simulate
 from simulator.engine.timer import HostTime
@@ -74,10 +75,13 @@ def sequences(case: Case) -> int:
 
 # Engine terms a price reads only under a pool setting: without it no figure of the pool moves with the term, so
 # the fit simulates no finite-difference step of it there (`fit.Target.moved_by`).
-_READ_ONLY_WHERE: dict[str, Callable[[Pool], bool]] = {
-    "dp_sync_us": lambda p: p.dp > 1,  # engine.timer.HostTime: `pool.dp_sync_us if pool.dp > 1 else 0.0`
-    "tbo_hidden_share": lambda p: p.two_batch_overlap,  # pricing.dpstep.DPSteps: only `if self.overlap`
-    "fp8_kv_read_factor": lambda p: p.kv_cache == "fp8_e4m3",  # pricing.roofline: `... if kv == "fp8_e4m3" else 1.0`
+_READ_ONLY_WHERE: dict[str, Callable[[Scenario, Pool], bool]] = {
+    "dp_sync_us": lambda sc, p: p.dp > 1,  # engine.timer.HostTime: `pool.dp_sync_us if pool.dp > 1 else 0.0`
+    "tbo_hidden_share": lambda sc, p: p.two_batch_overlap,  # pricing.dpstep.DPSteps: only `if self.overlap`
+    "fp8_kv_read_factor": lambda sc, p: p.kv_cache == "fp8_e4m3",  # pricing.roofline: `if kv == "fp8_e4m3"`
+    # pricing.roofline: `if w == "fp8"`, an op's weights being the pool's format or its rule's rest
+    # (capacity.component_format)
+    "fp8_gemm_mma_factor": lambda sc, p: "fp8" in (p.weights, format_rule(sc.model, p.weights, p.weights_scheme).rest),
 }
 
 
@@ -90,13 +94,13 @@ def moved_by(case: Case, path: str) -> bool:
     if isinstance(case.spec.how, Ratio):
         scenarios.append(case.scenario_with(case.spec.how.over))
     if head == "deployment" and len(rest) == 2:
-        pools = [p for sc in scenarios if (p := sc.deployment.pools().get(rest[0])) is not None]
+        pools = [(sc, p) for sc in scenarios if (p := sc.deployment.pools().get(rest[0])) is not None]
     elif head == "engine" and len(rest) == 1:
-        pools = [p for sc in scenarios for p in sc.deployment.pools().values()]
+        pools = [(sc, p) for sc in scenarios for p in sc.deployment.pools().values()]
     else:
         return True
     reads = _READ_ONLY_WHERE.get(rest[-1])
-    return any(reads is None or reads(p) for p in pools)
+    return any(reads is None or reads(sc, p) for sc, p in pools)
 
 
 def cell(case: Case, sequences: int) -> Cell:
