@@ -2,8 +2,9 @@
 
 A case file (`validation/cases/<id>.yaml`) holds the scenario the deployment ran (inline, or a scenario file and
 dotted overrides), the engine and its version as published, the figure with its metric and unit, where it was
-published and the sentence or table row it comes from, and *how* it was measured — which decides what the model
-computes (`simulator.validation.measure`). Unknown keys are errors, every number must be finite, and every
+published and the sentence or table row it comes from (its source: `source_id`, derived from the URL unless the
+file names one, `sources`), and *how* it was measured — which decides what the model computes
+(`simulator.validation.measure`). Unknown keys are errors, every number must be finite, and every
 failure is one `InputError` line naming the file, the YAML path and its line, as scenarios are read.
 """
 
