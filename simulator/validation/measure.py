@@ -58,7 +58,7 @@ def predict(case: Case, overrides: dict[str, Any]) -> float:
 
 def sequences(case: Case) -> int:
     """The most sequences one decode instance runs at once in the case's measurement, which files its error under
-    a batch regime (`bands.regime`): a filled batch's per-rank batch over all DP ranks; a prefill step's prompts;
+    a batch regime (`cells.regime`): a filled batch's per-rank batch over all DP ranks; a prefill step's prompts;
     a closed loop's clients per decode instance; an open loop's as the model runs it (its peak decode batch)."""
     how, sc = case.spec.how, case.scenario
     if isinstance(how, Ratio):
