@@ -7,6 +7,7 @@ The files are read and checked against the scenario first (`bench_files`, `bench
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,12 @@ def register(cli: click.Group, set_option: Decorator, json_option: Decorator, co
     )
     @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Engine file to write (YAML).")
     @click.option("--name", default=None, help="The fitted engine's name [default: the --out file's stem].")
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="Write the engine even where the fit makes it worse (a term on its bound, runs held out predicted "
+        "worse than by the base preset).",
+    )
     @set_option
     @json_option
     def calibrate_cmd(
@@ -72,11 +79,14 @@ def register(cli: click.Group, set_option: Decorator, json_option: Decorator, co
         max_requests: int | None,
         out: Path | None,
         name: str | None,
+        force: bool,
         sets: tuple[str, ...],
         as_json: bool,
     ) -> None:
         """Fit the engine's terms to benchmark runs of your deployment; report each run's error before and after
-        (and leave-one-out with 4 runs or more); write the fitted engine preset with --out."""
+        (and leave-one-out with 4 runs or more); write the fitted engine preset with --out, unless the fit makes
+        the engine worse (a term on its bound, or runs held out predicted worse than by the base preset: exit 1
+        with the reasons; --force writes it anyway)."""
         from simulator.atomic import check_file_target, write_atomic
         from simulator.calibration import bench_check, bench_files, engine_fit
         from simulator.config import loader, presets, safe_yaml
@@ -104,12 +114,16 @@ def register(cli: click.Group, set_option: Decorator, json_option: Decorator, co
         )
         engine_name = name or (out.stem if out is not None else f"{sc.engine.name}-calibrated")
         doc = engine_document(fitted, engine_name, sc.engine.name, scenario, files, runs)
-        if out is not None:
+        refused = out is not None and bool(fitted.objections) and not force
+        if out is not None and not refused:
             write_atomic(out, render(doc))
         if as_json:
-            click.echo(dump({"engine": doc, "runs": _rows(fitted, runs)}))
-            return
-        _report(console, fitted, runs, doc, out)
+            click.echo(dump({"engine": doc, "runs": _rows(fitted, runs), "objections": list(fitted.objections)}))
+        else:
+            _report(console, fitted, runs, doc, None if refused else out)
+        if refused:
+            click.echo(f"error: {out} not written: the fit makes {sc.engine.name} worse (--force writes it)", err=True)
+            sys.exit(1)
 
 
 def engine_document(
@@ -190,6 +204,8 @@ def _report(console: Console, fitted: Any, runs: list[BenchRun], doc: dict[str, 
     for kind, b in cal["error"].items():
         what = "leave-one-out" if b["leave_one_out"] else "the fit's own residual (fewer than 4 runs: no leave-one-out)"
         console.print(f"  {kind} band: ±{b['median']:.1%} ({what} median over {b['cases']}, worst {b['max']:.1%})")
+    for why in fitted.objections:
+        console.print(f"  the fit makes {cal['base']} worse: {why}")
     if out is not None:
         console.print(f"wrote {out}: a scenario runs on it as `engine: {out}` (or --set engine={out})")
 

@@ -15,9 +15,9 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-from rich.table import Column, Table
+from rich.table import Table
 
-from phaseplan import calibrate, planner
+from phaseplan import calibrate, planner, validate
 from phaseplan.calibration import profile_fit, profile_import
 from simulator.config import loader
 from simulator.console import PlainConsole, printable
@@ -612,70 +612,11 @@ def presets() -> None:
     console.print(t)
 
 
-@cli.command()
-@click.option("--case", "ids", multiple=True, metavar="ID", help="Only this case (repeatable); the fit uses these.")
-@json_option
-@click.option("--out", type=click.Path(path_type=Path), help="Also write validation.csv and validation.png here.")
-@click.option(
-    "--suite",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="A validation folder (cases/*.yaml, fit.yaml) [default: the bundled validation/].",
-)
-@click.option(
-    "--write-bands", is_flag=True, help="Write the error bands run/max-rate/plan print (validation/bands.json)."
-)
-def validate(ids: tuple[str, ...], as_json: bool, out: Path | None, suite: Path | None, write_bands: bool) -> None:
-    """The model against published SGLang/vLLM measurements: per case predicted, published, error and
-    leave-one-out error; then median and max |error|."""
-    from simulator.atomic import check_target, write_files
-    from simulator.validation import bands
-    from simulator.validation import suite as vsuite
-
-    if out is not None:
-        check_target(out, ["validation.csv", "validation.png"])
-    res = vsuite.run(vsuite.SUITE if suite is None else suite, ids)
-    if out is not None:
-        write_files(
-            {out / "validation.csv": vsuite.to_csv(res["cases"]), out / "validation.png": vsuite.chart(res["cases"])}
-        )
-    if write_bands:
-        if ids or suite is not None:
-            raise InputError("--write-bands: the bands come from the whole bundled suite (no --case or --suite)")
-        write_files({bands.BANDS: json.dumps(bands.from_rows(res["cases"]), indent=1, sort_keys=True) + "\n"})
-    if as_json:
-        click.echo(dump({k: res[k] for k in ("cases", *SUMMARY)}))
-        return
-    # an id is what --case takes: wrapped, never cut
-    t = Table(Column("case", overflow="fold"), "engine", "metric", "published", "predicted", "error", "loo error")
-    for r in res["cases"]:
-        t.add_row(
-            r["id"],
-            r["engine"],
-            r["metric"],
-            _figure(r["published"]),
-            _figure(r["predicted"]),
-            f"{r['error']:+.1%}",
-            f"{r['loo_error']:+.1%}",
-        )
-    console.print(t)
-    fitted = ", ".join(f"{k} = {v:.4g}" for k, v in res["fitted"].items()) or "none"
-    console.print(
-        f"{len(res['cases'])} cases: median |error| {res['median_abs_error']:.1%}, max {res['max_abs_error']:.1%}; "
-        f"leave-one-out median {res['median_abs_loo_error']:.1%}, max {res['max_abs_loo_error']:.1%} "
-        f"(fitted: {fitted})"
-    )
-
-
-def _figure(v: float) -> str:
-    """A figure with four significant digits, thousands grouped (22,282 rather than 2.228e+04)."""
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-
-
-SUMMARY = ("median_abs_error", "max_abs_error", "median_abs_loo_error", "max_abs_loo_error")
 
 
 planner.register(cli, scenario_arg, json_option, set_option, work_options, console, dump)
 calibrate.register(cli, set_option, json_option, console, dump)
+validate.register(cli, json_option, console, dump)
 
 
 @cli.command("app")

@@ -225,21 +225,6 @@ def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
     return Limits.none() if no_limits else Limits().with_max_requests(max_requests)
 
 
-def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
-    """The validated error band of the limit the plan's winner binds on (its latency with the least headroom)."""
-    from simulator.planning.slo import SLO
-    from simulator.validation import bands
-
-    w = res.get("winner")
-    tight = SLO(**res["question"]["slo"]).tightest(w["metrics"]) if w else None
-    if tight is not None:
-        _, name, v, _ = tight
-        seqs, gpu = w["metrics"]["max_running"], w["overrides"].get("hardware", sc.hardware.name)
-        band = bands.line(sc.engine, "latency", f"the winner's {name} p95", v, "ms", seqs, gpu)
-        if band:
-            Folding(console).print(band)
-
-
 def _plan_pricing(
     raw: dict[str, Any], sc: Scenario, scenario: Path, res: dict[str, Any], slo: Any, b: Backend, limits: Limits
 ) -> dict[str, Any] | None:
@@ -335,12 +320,7 @@ def register(
             print_max_rate(console, res, sc.name)
             from simulator.validation import bands
 
-            seqs = res["metrics"]["max_running"]
-            band = bands.line(
-                sc.engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], seqs, sc.hardware.name
-            )
-            if band:
-                Folding(console).print(band)
+            Folding(console).print(bands.max_rate_line(sc.model_dump(mode="json"), sc.engine, res))
 
     @cli.command()
     @scenario_arg
@@ -456,9 +436,12 @@ def register(
             click.echo(dump(res))
         else:
             print_plan(console, res)
-            _plan_band(console, sc, res)
             from simulator.planning.pricings import plan_line
+            from simulator.validation import bands
 
+            band = bands.plan_line(raw, res)
+            if band:
+                Folding(console).print(band)
             print_pricing(plan_line(res["pricing"]))
         if w is None:
             nothing = " (nothing written to --out)" if out is not None else ""

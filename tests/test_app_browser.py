@@ -21,6 +21,7 @@ from app.views.fmt import num
 from simulator.capacity import capacity_report
 from simulator.config import loader
 from simulator.engine.run import simulate
+from simulator.results.numbers import figure
 
 STUDY = "kimi-k2.6-kv-formats"
 FOCUS = "traffic.concurrency=64"  # the study's focus: where the page opens
@@ -99,7 +100,7 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         snapshot(page, img / "app-compare.png")
 
         page.get_by_role("tab", name="What-if").click()
-        band = page.locator("[data-testid=stCaptionContainer]").filter(has_text="validated model error").first
+        band = page.locator("[data-testid=stCaptionContainer]").filter(has_text="model error ±").first
         assert "on sglang-0.5" in band.inner_text()  # the study's engine, and its error beside the headline
         choose(page, "-engine", "vllm-0.x")
         page.locator("pre.phaseplan-command").filter(has_text="--set engine=vllm-0.x").first.wait_for()
@@ -108,7 +109,7 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         assert vllm != num(fp8["output_tokens_per_s"], "tok/s")  # the engine moves the headline
         metric(page, "output throughput", vllm)
         band.filter(has_text="on vllm-0.x").wait_for()
-        assert f"output throughput {fp8_vllm['output_tokens_per_s']:,.4g} tok/s" in band.inner_text()
+        assert f"output throughput {figure(fp8_vllm['output_tokens_per_s'])} tok/s" in band.inner_text()
         assert "engine=vllm-0.x" in parse_qs(urlparse(page.url).query)["set"]  # a reload opens the same engine
 
         labels = {

@@ -37,11 +37,13 @@ def test_plan_view_answers_as_the_cli_does() -> None:
     shown = {m.label: m.value for m in at.metric}
     assert shown[f"max rate ({want['rate_unit']})"] == num(want["max_rate_rps"])
     assert shown[f"cost per M {want['cost_basis']}"] == num(want["cost_per_mtok_usd"], "$")
+    assert any(c.value.startswith("max rate ") and "model error ±" in c.value for c in at.caption)  # its band
     at.button(key="plan:plan").click().run()
     assert not at.exception and not at.error
     want = answer(plan_line)
     assert any(s.value == f"winner: {want['winner']['label']}" for s in at.success)
     assert {m.label: m.value for m in at.metric}["GPUs"] == num(want["winner"]["gpus"])
+    assert any(c.value.startswith("the winner's T") for c in at.caption)  # the band of the limit it binds on
 
 
 def plan_line(at: testing.AppTest) -> str:

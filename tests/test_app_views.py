@@ -177,7 +177,7 @@ def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
     assert engine.value == "sglang-0.5" and engine.options == [
         "sglang-0.5",
         "vllm-0.x",
-        "engines/gpustack-glm-5.2.yaml",
+        "engines/sglang-cookbook-dsr1-b200.yaml",
     ]
     assert not any("--set engine=" in h.proto.body for h in at.get("html"))  # the study's own: no override
     engine.set_value("vllm-0.x").run()
@@ -189,5 +189,5 @@ def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
     m = cli(name, "traffic.concurrency=64", "engine=vllm-0.x")["metrics"]
     assert metrics(at)["output throughput"] == num(m["output_tokens_per_s"], "tok/s")
     band = next(c.value for c in at.caption if c.value.startswith("output throughput"))
-    assert "validated model error" in band and "on vllm-0.x" in band
+    assert "model error ±" in band and "on vllm-0.x" in band
     assert any(c.value.startswith("TPOT p95") and "on vllm-0.x" in c.value for c in at.caption)

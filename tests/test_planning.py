@@ -345,3 +345,29 @@ def test_a_candidate_over_the_work_limits_is_refused_not_simulated() -> None:
         assert "about 24 requests, over the limit of 10" in res["rejected"][0]["reason"]
         with pytest.raises(InputError, match="no rate meets the SLO .*: over the work limit: "):
             max_rate(raw, sc, str(path), path.parent, slo, b, limits=Limits().with_max_requests(10))
+
+
+def test_plan_prints_the_band_of_the_limit_its_winner_binds_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The winner's tightest limit (TTFT or TPOT, each its own kind of figure) with the band of the winner's own
+    cell: its GPU, engine, weights, model class and regime (simulator/validation/bands.py)."""
+    from simulator.planning.search import mapping
+    from simulator.validation import bands, cells
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    args = ["plan", str(KIMI), "--rate", "0.5", "--search", "deployment.decode.instances=1,2", "--jobs", "1"]
+    args += ["--set", "traffic.requests=24", "--slo", "ttft_p95_ms=100000,tpot_p95_ms=60"]
+    code, out, err = invoke(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    w = doc["winner"]
+    _, name, value, _ = SLO(**doc["question"]["slo"]).tightest(w["metrics"])
+    assert name == "TPOT"  # a TTFT limit of 100 s binds nothing
+    _, raw = loader.load(KIMI, ("traffic.requests=24",))
+    won = loader.validate(mapping(raw, doc["question"]["fixed"], w["overrides"]), "winner")
+    cell = cells.of_answer(won.model_dump(mode="json"), w["metrics"])
+    want = bands.line(won.engine, "tpot", "the winner's TPOT p95", value, "ms", cell)
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert want in out.splitlines()

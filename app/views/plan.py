@@ -32,6 +32,7 @@ from simulator.planning.search import plan
 from simulator.planning.slo import SLO
 from simulator.planning.stopping import describe
 from simulator.results.report import provenance_line
+from simulator.validation import bands
 
 
 def _answer(name: str, study: Study, inputs: list[Any]) -> tuple[Any, bool]:
@@ -93,6 +94,7 @@ def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scena
     b.metric("TTFT p95 there", num(m["ttft_ms"]["p95"], "ms"))
     c.metric("TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"))
     d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$"))
+    st.caption(bands.max_rate_line(sc.model_dump(mode="json"), sc.engine, res))
     st.caption(describe(res))
     st.info(provenance_line(res))
     with st.expander(f"the {len(res['trials'])} rates tried"):
@@ -195,6 +197,9 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
         cols = st.columns(3)
         for i, (label, value) in enumerate(cells):
             cols[i % 3].metric(label, value)
+        band = bands.plan_line(raw, res)
+        if band:
+            st.caption(band)
         st.caption(describe(w))
         st.info(provenance_line(res))
     if res["runners_up"]:

@@ -9,8 +9,12 @@ value, and a few runs move it only as far as their errors pay for. Never a per-r
 
 A term no run's figure moves (the CPU work of a step the GPU step hides, a two-batch-overlap share without TBO)
 is left out of the fit and reported as not informed. With four runs or more each run's leave-one-out error (its
-figures predicted by the terms fitted without it) is the error band the fitted engine carries; with fewer, the
-fit's own residual, said as such.
+figures predicted by the terms fitted without it, simulated at them) is the error band the fitted engine
+carries; with fewer, the fit's own residual, said as such.
+
+A fit must not make the engine worse: one that ends a term on a bound of its range, or whose runs are predicted
+worse by the terms fitted without them than by the base preset, carries its `objections`, and `phaseplan
+calibrate` writes it only with `--force`.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ from simulator.config.scenario import Scenario
 from simulator.engine.run import simulate
 from simulator.errors import InputError
 from simulator.validation import fit, measure
-from simulator.validation.bands import Kind, kind
+from simulator.validation.cells import KIND_TEXT, KINDS, Kind, kind
 
 MAX_RUNS = 64  # runs one calibration fits at most: each is simulated (1 + terms) times per fit iteration
 PRIOR = 0.2  # a term's whole range costs as much as one figure 20% off in log (fit.fit's prior)
 LITTLE_SLACK = 1.1  # a median TPOT is not the mean Little's law takes: a tenth's margin before one is refused
 MIN_LOO_RUNS = 4  # fewer runs: the band is the fit's own residual, not a leave-one-out error
+BOUND_EDGE = 1e-6  # a fitted term within this share of its range from a bound ended on it
 # a run is simulated (1 + terms) times per fit iteration: a tighter bound on its work than one `run`'s
 LIMITS = budget.Limits(max_requests=20_000, max_output_tokens=5e7)
 
@@ -71,7 +76,7 @@ class Figure:
     measured: float
     before: float = math.nan  # predicted on the base preset
     after: float = math.nan  # predicted on the fitted engine
-    loo: float = math.nan  # predicted by the terms fitted without this run
+    loo: float = math.nan  # predicted by the terms fitted without this run (simulated at them: fit.left_out)
 
     @property
     def kind(self) -> Kind:
@@ -87,6 +92,7 @@ class Calibrated:
     terms: dict[str, dict[str, Any]]  # name -> before, after, informed
     notes: dict[int, tuple[str, ...]]  # run index -> what its scenario approximates
     leave_one_out: bool
+    objections: tuple[str, ...] = ()  # why it should not be written (`objections`)
 
 
 def figures_of(i: int, run: BenchRun, running: int | None = None) -> tuple[list[Figure], tuple[str, ...]]:
@@ -214,20 +220,62 @@ def calibrate(
     before = [sims.figure(f.run, f.metric, start) for f in figures]
     _check_predicted(runs, figures, before)
     informed = [p for p in params if _moves(sims, figures, p, before)]
-    targets = [(sc.engine.name, f.measured, _target(sims, f)) for f in figures]
+    targets = [fit.Target(sc.engine.name, f.measured, _target(sims, f)) for f in figures]
     fitted = fit.fit(targets, informed, PRIOR, [f.run for f in figures])
+    held = fit.left_out(targets, informed, fitted, [f.run for f in figures])
     values = {**start, **{k: float(f"{v:.6g}") for k, v in fitted.values.items()}}
     after = [sims.figure(f.run, f.metric, values) for f in figures]
     out = [
         Figure(f.run, f.metric, f.label, f.measured, b, a, loo)
-        for f, b, a, loo in zip(figures, before, after, fitted.loo_predicted, strict=True)
+        for f, b, a, loo in zip(figures, before, after, held, strict=True)
     ]
     term_table = {
         p.path.removeprefix("engine."): {"before": p.start, "after": values[p.path], "informed": p in informed}
         for p in params
     }
     loo = len(runs) >= MIN_LOO_RUNS and bool(informed)
-    return Calibrated(_engine_doc(sc, term_table), out, term_table, notes, loo)
+    worse = objections(sc.engine.name, informed, values, out, len(runs))
+    return Calibrated(_engine_doc(sc, term_table), out, term_table, notes, loo, worse)
+
+
+def _rms_log(figures: list[Figure], which: str) -> float:
+    """The root-mean-square log error of the figures' `which` prediction, as a share (exp(rms) − 1): the
+    quantity the fit minimises on the runs it sees, taken here on predictions it made without them."""
+    logs = [math.log(getattr(f, which) / f.measured) ** 2 for f in figures]
+    return math.exp(math.sqrt(statistics.fmean(logs))) - 1 if logs else 0.0
+
+
+def objections(
+    base: str, informed: list[fit.Parameter], values: dict[str, float], figures: list[Figure], runs: int
+) -> tuple[str, ...]:
+    """Why the fitted engine should not be written: a term that ended on a bound of its range (the runs push it
+    past what it can physically be, so it absorbs something the model does not express), or runs predicted no
+    better by the terms fitted without them than by the base preset: per kind of figure (a band is per kind, and
+    misses no term moves, as TTFT's, would hide a TPOT made worse), in the root-mean-square log error the fit
+    minimises (one run made worse counts, where a median would hide it). With one run nothing is held out, so
+    nothing shows the fit carries to another."""
+    out = []
+    for p in informed:
+        v, edge = values[p.path], BOUND_EDGE * (p.high - p.low)
+        if v <= p.low + edge or v >= p.high - edge:
+            out.append(
+                f"{p.path.removeprefix('engine.')} ended on a bound of its range ({p.start:g} → {v:g}, range "
+                f"{p.low:g}–{p.high:g}): the runs push it past what it can be, so it absorbs something else"
+            )
+    if not informed:
+        return tuple(out)
+    if runs < 2:
+        return (*out, "one run: nothing is held out, so nothing shows the fit carries to another run")
+    for k in KINDS:
+        mine = [f for f in figures if f.kind == k]
+        before, held = _rms_log(mine, "before"), _rms_log(mine, "loo")
+        if mine and held > before:
+            out.append(
+                f"its {KIND_TEXT[k]} figures, each predicted by the terms fitted without its run, are off by "
+                f"{held:.1%} (root mean square), more than the {before:.1%} of {base} itself: the fit does not "
+                "carry to a run it has not seen"
+            )
+    return tuple(out)
 
 
 def _parameters(sc: Scenario, terms: tuple[str, ...] | None) -> list[fit.Parameter]:
@@ -292,7 +340,7 @@ def _engine_doc(sc: Scenario, terms: dict[str, dict[str, Any]]) -> dict[str, Any
 def bands(figures: list[Figure], leave_one_out: bool) -> dict[str, dict[str, Any]]:
     """Per kind of figure: median and worst |error| — leave-one-out when the fit had enough runs, else after."""
     out: dict[str, dict[str, Any]] = {}
-    for k in ("throughput", "latency"):
+    for k in KINDS:
         errs = [abs((f.loo if leave_one_out else f.after) / f.measured - 1) for f in figures if f.kind == k]
         if errs:
             out[k] = {

@@ -208,8 +208,9 @@ class Calibration(Strict):
     files: list[CalibrationFile] = Field(min_length=1, max_length=64, description="The benchmark files.")
     runs: PositiveInt = Field(description="Benchmark runs fitted to.")
     terms: dict[str, CalibrationTerm] = Field(description="Per fitted term: before, after, informed.")
-    error: dict[Literal["throughput", "latency"], CalibrationError] = Field(
-        description="Per kind of figure: the error on the runs."
+    error: dict[Literal["throughput", "tpot", "ttft", "e2el", "latency"], CalibrationError] = Field(
+        description="Per kind of figure: the error on the runs (`latency`: TPOT and TTFT together, as files "
+        "written before they were told apart hold them)."
     )
 
 

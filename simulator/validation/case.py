@@ -2,8 +2,9 @@
 
 A case file (`validation/cases/<id>.yaml`) holds the scenario the deployment ran (inline, or a scenario file and
 dotted overrides), the engine and its version as published, the figure with its metric and unit, where it was
-published and the sentence or table row it comes from, and *how* it was measured — which decides what the model
-computes (`simulator.validation.measure`). Unknown keys are errors, every number must be finite, and every
+published and the sentence or table row it comes from (its source: `source_id`, derived from the URL unless the
+file names one, `sources`), and *how* it was measured — which decides what the model computes
+(`simulator.validation.measure`). Unknown keys are errors, every number must be finite, and every
 failure is one `InputError` line naming the file, the YAML path and its line, as scenarios are read.
 
 A case is a scenario with the same limits: its `base` is a file inside the suite's folder or the repository, its
@@ -25,6 +26,7 @@ from simulator.config import loader, paths, safe_yaml
 from simulator.config.bounds import BOUNDS
 from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
+from simulator.validation import sources
 
 REPO = Path(__file__).resolve().parents[2]  # the repo: the bundled suite (validation/) and its scenarios
 
@@ -137,6 +139,9 @@ class CaseFile(Strict):
     unit: str = Field(min_length=1)
     published: PositiveFloat
     source: Source
+    source_id: str | None = Field(
+        None, min_length=1, description="Only where two URLs are truly one source: the id they share (sources.py)."
+    )
     quote: str = Field(min_length=1)
     how: How
     notes: str = Field(min_length=1, description="What the source did not state and what the case assumes.")
@@ -161,6 +166,7 @@ class Case:
     def __init__(self, path: Path, spec: CaseFile, data: dict[str, Any], lines: dict[tuple[str, ...], int]) -> None:
         self.path, self.spec, self.data, self.lines = path, spec, data, lines
         self.id = spec.id
+        self.source_id = spec.source_id or sources.source_id(spec.source.url)
         self.scenario = self.scenario_with({})  # validated once at load, so a bad scenario is a load error
         self.requests = 0.0  # what one evaluation simulates (`check_work`)
 

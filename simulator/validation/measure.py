@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from simulator.budget import mean_length
+from simulator.capacity import format_rule
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.run import simulate
 from simulator.engine.timer import HostTime
@@ -27,7 +30,9 @@ from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
 from simulator.results.record import RequestRecord
+from simulator.validation import cells
 from simulator.validation.case import REPO, Case, DecodeBatch, Per, PrefillBatch, Ratio
+from simulator.validation.cells import Cell
 
 ROOT = REPO  # a scenario's relative files (profiles, traces) resolve from the repo
 
@@ -53,7 +58,7 @@ def predict(case: Case, overrides: dict[str, Any]) -> float:
 
 def sequences(case: Case) -> int:
     """The most sequences one decode instance runs at once in the case's measurement, which files its error under
-    a batch regime (`bands.regime`): a filled batch's per-rank batch over all DP ranks; a prefill step's prompts;
+    a batch regime (`cells.regime`): a filled batch's per-rank batch over all DP ranks; a prefill step's prompts;
     a closed loop's clients per decode instance; an open loop's as the model runs it (its peak decode batch)."""
     how, sc = case.spec.how, case.scenario
     if isinstance(how, Ratio):
@@ -66,6 +71,53 @@ def sequences(case: Case) -> int:
         return int(simulate(sc, ROOT)[0]["metrics"]["max_running"])
     decode = sc.deployment.decode
     return min(math.ceil(min(clients, sc.traffic.requests or clients) / decode.instances), decode.max_running)
+
+
+# Engine terms a price reads only under a pool setting: without it no figure of the pool moves with the term, so
+# the fit simulates no finite-difference step of it there (`fit.Target.moved_by`).
+_READ_ONLY_WHERE: dict[str, Callable[[Scenario, Pool], bool]] = {
+    "dp_sync_us": lambda sc, p: p.dp > 1,  # engine.timer.HostTime: `pool.dp_sync_us if pool.dp > 1 else 0.0`
+    "tbo_hidden_share": lambda sc, p: p.two_batch_overlap,  # pricing.dpstep.DPSteps: only `if self.overlap`
+    "fp8_kv_read_factor": lambda sc, p: p.kv_cache == "fp8_e4m3",  # pricing.roofline: `if kv == "fp8_e4m3"`
+    # pricing.roofline: `if w == "fp8"`, an op's weights being the pool's format or its rule's rest
+    # (capacity.component_format)
+    "fp8_gemm_mma_factor": lambda sc, p: "fp8" in (p.weights, format_rule(sc.model, p.weights, p.weights_scheme).rest),
+}
+
+
+def moved_by(case: Case, path: str) -> bool:
+    """Whether a fitted parameter (a dotted scenario path) can move the case's figure at all: not where it sets a
+    pool the case's scenarios (a ratio has two) do not have, nor an engine term on pools lacking the setting
+    under which a price reads it (`_READ_ONLY_WHERE`); every other path can."""
+    head, *rest = path.split(".")
+    scenarios = [case.scenario]
+    if isinstance(case.spec.how, Ratio):
+        scenarios.append(case.scenario_with(case.spec.how.over))
+    if head == "deployment" and len(rest) == 2:
+        pools = [(sc, p) for sc in scenarios if (p := sc.deployment.pools().get(rest[0])) is not None]
+    elif head == "engine" and len(rest) == 1:
+        pools = [(sc, p) for sc in scenarios for p in sc.deployment.pools().values()]
+    else:
+        return True
+    reads = _READ_ONLY_WHERE.get(rest[-1])
+    return any(reads is None or reads(sc, p) for sc, p in pools)
+
+
+def cell(case: Case, sequences: int) -> Cell:
+    """The case's cell: its scenario measured on the pool its figure comes from, at `sequences` a decode
+    instance, with its traffic's prompt tokens per output token (a prefill step: all prompt; a decode step:
+    none; a trace: not known before a run, so filed by its sequences alone)."""
+    how, sc = case.spec.how, case.scenario
+    of = how.of if isinstance(how, Ratio) else how
+    if isinstance(of, PrefillBatch):
+        pool, ratio = of.pool, math.inf
+    elif isinstance(of, DecodeBatch):
+        pool, ratio = of.pool, 0.0
+    else:
+        t = sc.traffic
+        pool = "decode"
+        ratio = None if t.trace else mean_length(t.prompt_tokens) / mean_length(t.output_tokens)
+    return cells.cell(sc.model_dump(mode="json"), pool, sequences, ratio)
 
 
 def _pool_figure(sc: Scenario, how: DecodeBatch | PrefillBatch, metric: str) -> float:

@@ -1,8 +1,11 @@
-"""The suite: every case of `validation/cases/` run, fitted parameters applied, errors and their summary.
+"""The corpus: every case of `validation/cases/` run, fitted parameters applied, errors and their summary.
 
 A case's error is predicted / published − 1 at the fitted parameters; its leave-one-out error is the same with
-the parameters fitted without it (`fit`). With no parameter declared nothing is fitted and the two agree. The
-fit runs over the cases selected, so a `--case` subset is fitted on itself.
+the parameters fitted without it (linearised, `fit`), and its leave-one-source-out error (`loso_error`) with every
+case of its source left out of the fit (the refit linearised, the case's figure simulated at it: `fit.left_out`).
+With no parameter declared nothing is fitted and the three agree. The fit runs over the cases selected, so a
+`--case` subset is fitted on itself. Each case is filed by kind and cell (`cells`), and the summary says how the
+bands printed beside answers hold on it (`bands.band_coverage`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.validation import case, fit, measure
+from simulator.validation import bands, case, cells, fit, measure
 
 SUITE = case.REPO / "validation"
 MAX_CASES = 1_000  # case files of a suite
@@ -25,16 +28,22 @@ MAX_CASES = 1_000  # case files of a suite
 MAX_REQUESTS = 20_000_000
 COLUMNS = (
     "id",
+    "source_id",
     "engine",
     "engine_version",
     "hardware",
+    "weights",
+    "model_class",
+    "regime",
     "how",
     "metric",
+    "kind",
     "unit",
     "published",
     "predicted",
     "error",
     "loo_error",
+    "loso_error",
 )
 
 
@@ -73,17 +82,22 @@ def check_work(cases: list[case.Case], params: list[fit.Parameter]) -> None:
 
 
 def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Every selected case predicted (at the fitted parameters) with its error and leave-one-out error."""
+    """Every selected case predicted (at the fitted parameters) with its error, leave-one-out and
+    leave-one-source-out errors, kind and cell; the summary; the coverage matrix."""
     cases = load_cases(suite, ids)
     params = fit.load(suite / "fit.yaml")
     check_work(cases, params)
-    targets = [(c.spec.engine, c.spec.published, _predictor(c)) for c in cases]
+    targets = [fit.Target(c.spec.engine, c.spec.published, _predictor(c), _moved_by(c)) for c in cases]
     fitted = fit.fit(targets, params)
+    sources = list(dict.fromkeys(c.source_id for c in cases))
+    loso = fit.left_out(targets, params, fitted, [sources.index(c.source_id) for c in cases])
     rows = []
-    for c, pred, loo in zip(cases, fitted.predicted, fitted.loo_predicted, strict=True):
+    for c, pred, loo, held in zip(cases, fitted.predicted, fitted.loo_predicted, loso, strict=True):
         s = c.spec
-        if not (math.isfinite(pred) and pred > 0):
+        if not (math.isfinite(pred) and pred > 0 and math.isfinite(held) and held > 0):
             raise InputError(f"{c.path}: the model predicts no {s.metric} ({pred}): nothing completed?")
+        sequences = measure.sequences(c)
+        where = measure.cell(c, sequences)
         rows.append(
             {
                 "id": s.id,
@@ -91,18 +105,27 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
                 "engine_version": s.engine_version,
                 "how": s.how.kind,
                 "metric": s.metric,
+                "kind": cells.kind(s.metric),
                 "unit": s.unit,
                 "published": s.published,
                 "predicted": pred,
                 "error": pred / s.published - 1,
                 "loo_error": loo / s.published - 1,
-                "sequences": measure.sequences(c),
-                "hardware": c.scenario.hardware.name,
+                "loso_error": held / s.published - 1,
+                "sequences": sequences,
+                **cells.fields_of(where),
                 "source": s.source.url,
+                "source_id": c.source_id,
                 "source_repo": s.source.repo,
             }
         )
-    return {"cases": rows, **summary(rows), "fitted": fitted.values}
+    return {
+        "cases": rows,
+        **summary(rows),
+        "coverage": cells.coverage(rows, bands.MIN_SOURCES),
+        "by_source": cells.by_source(rows),
+        "fitted": fitted.values,
+    }
 
 
 def _predictor(c: case.Case) -> Callable[[dict[str, Any]], float]:
@@ -110,15 +133,25 @@ def _predictor(c: case.Case) -> Callable[[dict[str, Any]], float]:
     return lambda overrides: measure.predict(c, overrides)
 
 
+def _moved_by(c: case.Case) -> Callable[[str], bool]:
+    return lambda path: measure.moved_by(c, path)
+
+
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Median and max |error| and |leave-one-out error| over the rows."""
+    """Median and max |error|, |leave-one-out error| and |leave-one-source-out error| over the rows, the number of
+    sources, and the share of held-out errors inside the band printed for them."""
     errs = [abs(r["error"]) for r in rows]
     loo = [abs(r["loo_error"]) for r in rows]
+    loso = [abs(r["loso_error"]) for r in rows]
     return {
         "median_abs_error": statistics.median(errs),
         "max_abs_error": max(errs),
         "median_abs_loo_error": statistics.median(loo),
         "max_abs_loo_error": max(loo),
+        "median_abs_loso_error": statistics.median(loso),
+        "max_abs_loso_error": max(loso),
+        "sources": len({r["source_id"] for r in rows}),
+        "band_coverage": bands.band_coverage(rows),
     }
 
 
