@@ -325,7 +325,7 @@ def register(
 
             check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
         check_out(out, scenario, "plan")
-        dims = spaces.parse(search) if search else spaces.default(sc, raw)
+        dims = spaces.build(search, sc, raw)
         total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
         with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
             counter = Counter(tick)

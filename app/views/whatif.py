@@ -13,7 +13,7 @@ from app.scenario_io import Study
 from app.views import charts, command
 from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
-from simulator.results.cost import generating, per_mtok
+from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
 from simulator.results.report import provenance_line
 from simulator.validation import bands
 
@@ -86,7 +86,7 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         )
     tag = source_tag(r)
     sc = r["scenario"]
-    cost = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
+    cost = per_mtok(m, result_gpu_hour_usd(sc))
     if generating(m):
         what, tok_s, per_gpu = "output throughput", m["output_tokens_per_s"], m["output_tokens_per_s_per_gpu"]
     else:  # a prefill study: its requests answer one token, so what it serves is input

@@ -12,6 +12,8 @@ from simulator.config.specs import HardwareSpec
 def check(sc: Scenario) -> None:
     check_instances_fit_nodes(sc)
     check_prompts_fit_context(sc)
+    check_profile_prices_every_pool(sc)
+    check_tiers(sc)
 
 
 def check_instances_fit_nodes(sc: Scenario) -> None:
@@ -20,7 +22,31 @@ def check_instances_fit_nodes(sc: Scenario) -> None:
     An instance that spans nodes says so with `nodes`; how its GPUs split over them is config/parallel.py's rule.
     """
     for name, pool in sc.deployment.pools().items():
-        check_pool_fits_node(sc.hardware, name, pool)
+        check_pool_fits_node(sc.hardware_of(pool), name, pool)
+
+
+def check_tiers(sc: Scenario) -> None:
+    """A storage tier sits below host memory (pages reach it through host DRAM, as HiCache's L3 does L2's)."""
+    for name, pool in sc.deployment.pools().items():
+        if pool.storage_tier is not None and pool.host_tier_gib <= 0:
+            raise ValueError(
+                f"deployment.{name}.storage_tier: a storage tier sits below host memory; give "
+                f"deployment.{name}.host_tier_gib too"
+            )
+
+
+def check_profile_prices_every_pool(sc: Scenario) -> None:
+    """A profile file holds one device's measured kernels: pools of another GPU have no tables in it, and the
+    roofline of one GPU must not price another's steps."""
+    if sc.profile == "roofline":
+        return
+    for name, pool in sc.deployment.pools().items():
+        if pool.hardware is not None and pool.hardware.name != sc.hardware.name:
+            raise ValueError(
+                f"deployment.{name}.hardware: {pool.hardware.name} differs from the scenario's {sc.hardware.name}, "
+                f"whose kernels the profile {sc.profile} measures; price pools of different GPUs with "
+                "profile: roofline"
+            )
 
 
 def check_pool_fits_node(hw: HardwareSpec, name: str, pool: Pool) -> None:

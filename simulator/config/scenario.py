@@ -12,13 +12,16 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
-from simulator.config import parallel
+from simulator.config import parallel, presets, tiers
 from simulator.config.parallel import Speculative
 from simulator.config.specs import FP4_FORMATS, EngineSpec, HardwareSpec, KVFormat, ModelSpec, WeightFormat
+from simulator.config.tiers import StorageTier
+from simulator.errors import InputError
 
 
 class Strict(BaseModel):
@@ -37,6 +40,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "mixed_chunked_prefill": True,
     "tbo_hidden_share": 1.0,
     "a2a_node_dedup": False,
+    "kv_tier_write": "write_through",
+    "kv_tier_layerwise": True,
 }
 
 
@@ -97,13 +102,39 @@ class Pool(Strict):
     two_batch_overlap: bool = Field(
         False, description="DP attention: all-to-alls hidden behind the other micro-batch's compute (a bound)."
     )
+    # The pool's own GPU (prefill on one GPU, decode on another): priced, sized and costed as that GPU.
+    hardware: HardwareSpec | None = Field(
+        None, description="This pool's GPU: a preset's name or inline figures; null: the scenario's `hardware`."
+    )
+    # KV tiers below HBM (simulator/config/tiers.py; off by default).
+    host_tier_gib: NonNegativeFloat = Field(
+        0.0,
+        description="GiB of host DRAM per instance that keeps KV pages evicted from HBM (0: HBM only; SGLang's "
+        "--hicache-size is this over the instance's GPUs).",
+    )
+    storage_tier: StorageTier | None = Field(
+        None, description="A tier below host memory per instance (local NVMe or a remote store); null: none."
+    )
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _hardware_preset(cls, v: Any) -> Any:
+        if not isinstance(v, str):
+            return v
+        try:
+            return presets.hardware(v)
+        except InputError as e:  # reported with its YAML path, like any other field
+            raise ValueError(str(e)) from None
 
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:
         data = parallel.drop_defaults(handler(self))
-        for key, default in ENGINE_DEFAULTS.items():  # engine settings added later: defaults keep Results' bytes
-            if key in data and data[key] == default:
+        for key, default in {**ENGINE_DEFAULTS, **tiers.TIER_DEFAULTS, "hardware": None}.items():
+            if key in data and data[key] == default:  # settings added later: defaults keep Results' bytes
                 del data[key]
+        if not tiers.has_tiers(self):
+            for key in EngineSpec.TIER_TERMS:
+                data.pop(key, None)
         return data
 
     # Decode-only steps run as CUDA graphs (SGLang, vLLM and TRT-LLM all do by default): a kernel the roofline
@@ -174,6 +205,15 @@ class Pool(Strict):
         False,
         description="MoE dispatch sends a token once per node and forwards it over NVLink (DeepEP's normal mode); "
         "off: once per expert rank (low-latency mode).",
+    )
+    # The engine's KV-tier policy (simulator/serving/tiers.py, pricing/tier_pricing.py): read only where the pool
+    # has a tier, and left out of its JSON otherwise.
+    kv_tier_write: Literal["write_through", "write_back"] = Field(
+        "write_through",
+        description="When a KV page is copied to the tier below HBM: once computed (write_through), or when evicted.",
+    )
+    kv_tier_layerwise: bool = Field(
+        True, description="A prefix found below HBM loads back layer by layer, overlapped with the prefill's compute."
     )
 
     @model_validator(mode="after")
@@ -463,19 +503,44 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _pools_fit_the_model(self) -> Scenario:
         for name, pool in self.deployment.pools().items():
-            check_pool_fits_model(self.model, self.hardware, name, pool)
+            check_pool_fits_model(self.model, self.hardware_of(pool), name, pool)
         return self
+
+    def hardware_of(self, pool: Pool) -> HardwareSpec:
+        """The GPU a pool runs on: its own `hardware`, else the scenario's."""
+        return pool.hardware or self.hardware
+
+    @property
+    def mixed_hardware(self) -> bool:
+        """Whether some pool names a GPU of its own (then costs are reported per pool)."""
+        return any(p.hardware is not None for p in self.deployment.pools().values())
 
     @model_serializer(mode="wrap")
     def _hardware_figures_in_use(self, handler: Any) -> Any:
-        """The resolved hardware lists its FP4 rate and scale-out links only where a pool uses them."""
+        """The resolved hardware lists its FP4 rate, scale-out links and host link only where a pool uses them, and
+        the engine its KV-tier terms only where a pool has a tier."""
         data = handler(self)
-        hw, pools = data.get("hardware"), self.deployment.pools().values()
-        if isinstance(hw, dict):
-            unused = set()
-            if not any(p.weights in FP4_FORMATS for p in pools):
-                unused |= HardwareSpec.FP4_FIELDS
-            if not any(parallel.uses_scale_out(p) for p in pools):
-                unused |= HardwareSpec.SCALE_OUT_FIELDS
-            data["hardware"] = {k: v for k, v in hw.items() if k not in unused}
+        pools = self.deployment.pools()
+        dumped = data.get("deployment") or {}
+        for name, pool in pools.items():
+            hw = (dumped.get(name) or {}).get("hardware")
+            if isinstance(hw, dict):
+                dumped[name]["hardware"] = _figures_in_use(hw, [pool])
+        if isinstance(data.get("hardware"), dict):
+            data["hardware"] = _figures_in_use(data["hardware"], [p for p in pools.values() if p.hardware is None])
+        engine = data.get("engine")
+        if isinstance(engine, dict) and not any(tiers.has_tiers(p) for p in pools.values()):
+            data["engine"] = {k: v for k, v in engine.items() if k not in EngineSpec.TIER_TERMS}
         return data
+
+
+def _figures_in_use(hw: dict[str, Any], pools: list[Pool]) -> dict[str, Any]:
+    """A hardware dump without the figures none of `pools` uses (FP4, scale-out, the host link)."""
+    unused = set()
+    if not any(p.weights in FP4_FORMATS for p in pools):
+        unused |= HardwareSpec.FP4_FIELDS
+    if not any(parallel.uses_scale_out(p) for p in pools):
+        unused |= HardwareSpec.SCALE_OUT_FIELDS
+    if not any(tiers.has_tiers(p) for p in pools):
+        unused |= HardwareSpec.HOST_LINK_FIELDS
+    return {k: v for k, v in hw.items() if k not in unused}

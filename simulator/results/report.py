@@ -12,7 +12,7 @@ from simulator.config.scenario import Scenario
 from simulator.config.sweep import paired_deltas
 from simulator.console import styled
 from simulator.folding import Folding
-from simulator.results.cost import generating, per_mtok
+from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
 from simulator.results.sweep_table import sweep_table
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
@@ -114,7 +114,7 @@ def _all_tokens_cost(result: dict[str, Any]) -> list[tuple[str, str]]:
     m, sc = result["metrics"], result["scenario"]
     if generating(m) or not m["completed"]:
         return []
-    c = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
+    c = per_mtok(m, result_gpu_hour_usd(sc))
     return [("cost per M input+output tokens", f"${c['cost_per_m_total_tok_usd']:.3f} (requests generate no answer)")]
 
 
