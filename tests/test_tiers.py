@@ -5,15 +5,26 @@ slot is never loaded."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hypothesis.strategies as st
 import numpy as np
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from simulator.config import loader
+from simulator.engine.timer import with_loads
+from simulator.pricing.tier_pricing import TierPricing
 from simulator.serving.cache import page_keys
 from simulator.serving.integrity import check_rows
+from simulator.serving.scheduler import Plan
+from simulator.serving.sequence import Seq, StepCounter
 from simulator.serving.tables import BlockTable
-from simulator.serving.tiers import CASCADE, DOWN, FETCH, UP, Tier, TieredCache
+from simulator.serving.tiers import CASCADE, DOWN, FETCH, UP, Loads, Tier, TieredCache
+from simulator.workload.request import Request
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PAGE = 4
 GARBAGE = -7  # what a page holds once a decode step has written into it (no prefix content)
@@ -178,3 +189,39 @@ def test_a_stale_host_slot_is_caught_and_never_loaded() -> None:
     tc = BlockTable()
     assert cache.hold(tc, a, 3) == 1  # the first page loads; the walk stops at the stale one
     assert host.stale_caught == 1 and host.find(int(a[1])) == -1
+
+
+def test_tier_pricing_against_hand_arithmetic() -> None:
+    """Kimi K2.6 on 8 H200, FP8 cache: 61 layers × 576 B = 35,136 B a token a GPU (MLA: every GPU the whole
+    latent), 2,248,704 B a 64-token page; host link 50 GB/s one way; storage 10 GB/s after 2 ms."""
+    sc, _ = loader.load(
+        ROOT / "scenarios" / "mooncake-conversation.yaml",
+        [
+            "deployment.prefill.host_tier_gib=1024",
+            "deployment.prefill.storage_tier={capacity_gib: 10240, bandwidth_gbs: 10, latency_ms: 2}",
+        ],
+    )
+    sglang = TierPricing(sc.model, sc.hardware, sc.deployment.prefill)
+    assert sglang.gpu_page_bytes == 64 * 61 * 576 == 2_248_704
+    assert sglang.link_s(10) == pytest.approx(10 * 2_248_704 / 50e9)  # 0.4497 ms
+    assert sglang.storage_s(4) == pytest.approx(2e-3 + 4 * 2_248_704 / 10e9)  # 2.8995 ms
+    assert sglang.bytes_moved("host", 10) == 10 * 2_248_704 * 8  # each of the 8 GPUs moves its copy
+    assert sglang.bytes_moved("storage", 10) == 10 * 2_248_704  # one copy of the latent
+    # HiCache: loads overlap the compute layer by layer; the first layer's load is exposed
+    assert sglang.step_s(5e-3, 10, 0) == pytest.approx(5e-3 + 0.44974e-3 / 61, rel=1e-4)
+    assert sglang.step_s(5e-3, 6, 4) == pytest.approx(2.8995e-3 + 5e-3 + 0.44974e-3 / 61, rel=1e-4)
+    vllm = TierPricing(sc.model, sc.hardware, sc.deployment.prefill.model_copy(update={"kv_tier_layerwise": False}))
+    assert vllm.step_s(5e-3, 10, 0) == pytest.approx(5e-3 + 0.44974e-3, rel=1e-4)  # the whole load, then compute
+
+
+def test_the_step_timer_prices_a_load_back_with_the_step() -> None:
+    sc, _ = loader.load(ROOT / "scenarios" / "mooncake-conversation.yaml", ["deployment.prefill.host_tier_gib=1024"])
+    tiers = TierPricing(sc.model, sc.hardware, sc.deployment.prefill)
+    req = Request(0, 0.0, 4096, 10)
+    seq = Seq(req, 4096, StepCounter(), 10, np.zeros(0, dtype=np.int64))
+    seq.loads = Loads(host=40)
+    plan = Plan(prefill=[(seq, 1024)])
+    assert with_loads(tiers, 0.3, [plan]) == pytest.approx(tiers.step_s(0.3, 40, 0))
+    assert seq.load_s == pytest.approx(40 * 2_248_704 / 50e9)  # its own load-back, counted in its TTFT
+    other = Seq(req, 4096, StepCounter(), 10, np.zeros(0, dtype=np.int64))
+    assert with_loads(tiers, 0.3, [Plan(prefill=[(other, 1024)])]) == 0.3  # nothing to load: the step as priced
