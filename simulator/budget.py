@@ -134,7 +134,7 @@ def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None =
         parts[(f"traffic.trace ({t.trace})", what)] = trace.rows * REQUEST_BYTES + trace.blocks * TRACE_BLOCK_BYTES
         output_mean = trace.output_tokens / trace.rows if trace.rows else 0.0
     elif t.rate is not None:
-        per_conversation = t.sessions.turns
+        per_conversation = t.per_session
         mult = sum(t.diurnal.multipliers) / len(t.diurnal.multipliers) if t.arrival == "diurnal" else 1.0
         requests = math.inf if t.duration_s is None else t.rate * mult * t.duration_s * per_conversation
         source = "traffic.rate × traffic.duration_s"
@@ -151,7 +151,7 @@ def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None =
             source = "traffic.requests (4 × traffic.concurrency when not given)"
     output = requests * output_mean
     if t.trace is None:
-        prompt = t.shared_prefix_tokens + prompt_mean * (t.sessions.turns + 1) / 2
+        prompt = t.shared_prefix_tokens + prompt_mean * (t.per_session + 1) / 2
         parts[(source, f"{_n(requests)} requests")] = requests * (REQUEST_BYTES + BLOCK_BYTES * prompt / BLOCK_TOKENS)
     pools = sc.deployment.pools()
     for name, pool in pools.items():

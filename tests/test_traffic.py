@@ -32,8 +32,7 @@ def drive(src: TrafficSource, seed: int = 123) -> tuple[list[Request], dict[int,
     while heap:
         t, _, r = heapq.heappop(heap)
         done[r.id] = t
-        nxt = src.on_complete(r, t)
-        if nxt is not None:
+        for nxt in src.on_complete(r, t):
             assert nxt.arrival >= t
             issued.append(nxt)
             heapq.heappush(heap, (nxt.arrival + rng.exponential(1.0), nxt.id, nxt))
@@ -216,7 +215,7 @@ def test_poisson_duration_bound() -> None:
     assert src.total_expected == len(reqs) and abs(len(reqs) / 10000 - 1) < 0.05
     assert all(r.arrival < 500 for r in reqs) and [r.id for r in reqs] == list(range(len(reqs)))
     assert all(a.arrival <= b.arrival for a, b in zip(reqs, reqs[1:], strict=False))
-    assert all(src.on_complete(r, 600.0) is None for r in reqs[:10])
+    assert all(src.on_complete(r, 600.0) == [] for r in reqs[:10])
 
 
 @pytest.mark.parametrize("burst_cv", [0.5, 2.0, 4.0])

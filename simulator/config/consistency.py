@@ -5,7 +5,7 @@ one line with the file's line or the --set it came from.
 
 from __future__ import annotations
 
-from simulator.config.scenario import Length, Pool, Scenario
+from simulator.config.scenario import Agentic, Length, Pool, Scenario
 from simulator.config.specs import HardwareSpec
 
 
@@ -75,10 +75,26 @@ def longest_prompt(sc: Scenario) -> int | None:
     if t.trace is not None:
         return None
     prompt, output = largest(t.prompt_tokens), largest(t.output_tokens)
+    if t.agentic is not None:
+        return _longest_agent_call(t.agentic, t.shared_prefix_tokens + prompt if prompt else None, output)
     turns = t.sessions.turns
     if prompt is None or (turns > 1 and output is None):
         return None
     return t.shared_prefix_tokens + turns * prompt + (turns - 1) * (output or 0)
+
+
+def _longest_agent_call(a: Agentic, first: int | None, output: int | None) -> int | None:
+    """An agent task's longest prompt: the orchestrator's last call (each call adds an answer and a tool's result;
+    the one after its sub-agents adds their reports instead) or a sub-agent's last (the orchestrator's first call
+    and answer, then its own calls)."""
+    tool = largest(a.tool_output_tokens)
+    if first is None or output is None or tool is None:
+        return None
+    orchestrator = first + (a.steps - 1) * (output + tool)
+    if a.subagents and a.steps > 1:
+        orchestrator += a.subagents * output - tool
+    subagent = first + a.subagent_steps * (output + tool) if a.subagents else 0
+    return max(orchestrator, subagent)
 
 
 def check_prompts_fit_context(sc: Scenario) -> None:
@@ -90,6 +106,8 @@ def check_prompts_fit_context(sc: Scenario) -> None:
         return
     turns = sc.traffic.sessions.turns
     how = f" (the last of {turns} turns, earlier turns and answers included)" if turns > 1 else ""
+    if sc.traffic.agentic is not None:
+        how = " (an agent task's last call, its earlier calls, answers and tool results included)"
     if longest > context:
         raise ValueError(
             f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s "

@@ -348,6 +348,31 @@ class Sessions(Strict):
     )
 
 
+class Agentic(Strict):
+    """Agent tasks: an orchestrating agent calls the model `steps` times, each call's context the last one's plus its
+    answer and a tool's result, a tool call's pause between calls; after its first call it may fan out to parallel
+    sub-agents that share its context as their prefix, wait for them all, and read their reports. Every call of a
+    task carries its session id (session-affinity routing keeps a task on one instance)."""
+
+    steps: PositiveInt = Field(8, description="Model calls of the orchestrating agent per task.")
+    tool_time_s: NonNegativeFloat = Field(
+        2.0, description="Mean seconds of a tool call between an answer and the next call (exponential)."
+    )
+    tool_output_tokens: Length = Field(
+        default_factory=lambda: Length(value=512),
+        description="Tokens a tool's result adds to the context before the next call (a distribution, or an integer).",
+    )
+    subagents: NonNegativeInt = Field(
+        0, description="Parallel sub-agents the orchestrator fans out to after its first call (0: none)."
+    )
+    subagent_steps: PositiveInt = Field(4, description="Model calls of each sub-agent.")
+
+    @property
+    def calls(self) -> int:
+        """Model calls of one task."""
+        return self.steps + self.subagents * self.subagent_steps
+
+
 class Traffic(Strict):
     concurrency: PositiveInt | None = Field(
         None, description="Closed loop: clients, each sending its next request when its previous one ends."
@@ -379,6 +404,9 @@ class Traffic(Strict):
     )
     shared_prefix_tokens: NonNegativeInt = Field(0, description="Tokens of a system prompt every request starts with.")
     sessions: Sessions = Field(default_factory=Sessions, description="Multi-turn conversations.")
+    agentic: Agentic | None = Field(
+        None, description="Agent tasks instead of single requests or conversations (`rate`: tasks per second)."
+    )
     duration_s: PositiveFloat | None = Field(
         None, description="Seconds of arrivals; the run ends when the last request is served."
     )
@@ -398,7 +426,27 @@ class Traffic(Strict):
             self.requests = 4 * self.concurrency
         if self.rate is not None and self.duration_s is None and self.requests is None:
             raise ValueError("open-loop traffic needs duration_s or requests")
+        if self.agentic is not None and self.sessions.turns > 1:
+            raise ValueError("agentic: agent tasks are their own sessions; leave sessions.turns at 1")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_agentic(self, handler: Any) -> Any:
+        """Traffic without agent tasks dumps as it did before they existed: Results keep their bytes."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("agentic", 0) is None:
+            del data["agentic"]
+        return data
+
+    @property
+    def per_session(self) -> int:
+        """Requests one arrival of synthetic traffic brings: a conversation's turns, or an agent task's calls."""
+        return self.agentic.calls if self.agentic is not None else self.sessions.turns
+
+    @property
+    def session_gap_s(self) -> float:
+        """Mean seconds between one session's requests: a conversation's think time, or an agent's tool calls."""
+        return self.agentic.tool_time_s if self.agentic is not None else self.sessions.think_time_s
 
 
 class SLO(Strict):
@@ -524,6 +572,8 @@ class Scenario(Strict):
         dumped = data.get("deployment") or {}
         for name, pool in pools.items():
             hw = (dumped.get(name) or {}).get("hardware")
+            if hw is None and self.mixed_hardware and isinstance(data.get("hardware"), dict):
+                hw = data["hardware"]  # pools of different GPUs: every pool names its own
             if isinstance(hw, dict):
                 dumped[name]["hardware"] = _figures_in_use(hw, [pool])
         if isinstance(data.get("hardware"), dict):

@@ -185,8 +185,8 @@ class Simulation:
         if self.on_progress is not None:
             self.on_progress(self.done)
         nxt = self.source.on_complete(req, t)
-        if nxt is not None:
-            self.env.process(self._feed([nxt]))
+        if nxt:
+            self.env.process(self._feed(nxt))
 
     # -- instance callbacks ----------------------------------------------------------------------------
     def after_schedule(self, inst: Instance) -> None:

@@ -51,8 +51,8 @@ def offered(sc: Scenario, base_dir: Path | None) -> Offered | None:
     if not reqs:
         return None
     window = t.duration_s if t.duration_s is not None else max(reqs[-1].arrival, 1e-9)
-    think = t.sessions.think_time_s
-    issued = sum(1 for r in reqs for i in range(t.sessions.turns) if r.arrival + i * think < window)
+    think = t.session_gap_s
+    issued = sum(1 for r in reqs for i in range(t.per_session) if r.arrival + i * think < window)
     if t.requests is not None:
         issued = min(issued, t.requests)
     prompt = sum(r.prompt_tokens for r in reqs) / len(reqs)
