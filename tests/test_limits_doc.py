@@ -29,6 +29,7 @@ WHERE = {  # schema class -> where its fields sit in a scenario
     "CalibrationError": "`engine.calibration.error.*`",
     "Pool": "`deployment.<pool>`",
     "Speculative": "`deployment.<pool>.speculative`",
+    "StorageTier": "`deployment.<pool>.storage_tier`",
     "Transfer": "`deployment.transfer`",
     "Integrity": "`integrity`",
     "Traffic": "`traffic`",

@@ -106,6 +106,17 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         cols[i % 4].metric(label, value, help=tag)
     for band in bands.headline(r, what, tok_s):
         st.caption(band)
+    if "kv_tiers" in m:
+        _tiers(m["kv_tiers"], tag)
+    if "cost_by_pool" in m:
+        st.caption(
+            "cost by pool: "
+            + "; ".join(
+                f"{name} {p['gpus']:,} × {p['hardware'].upper()} at ${p['gpu_hour_usd']:g}/GPU-hour "
+                f"({num(p['share'], '%')} of the fleet's)"
+                for name, p in m["cost_by_pool"].items()
+            )
+        )
     st.caption(
         f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
         f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "
@@ -144,6 +155,28 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         _series(run)
     if st.toggle(f"charts: where a step's time goes ({tag})", key="charts:anatomy"):
         _anatomy(r)
+
+
+def _tiers(t: dict[str, Any], tag: str) -> None:
+    """KV tiers below HBM: prefix hits by tier, what moved, and the load-back time inside TTFT."""
+    cols = st.columns(4)
+    i = 0
+    for pool, p in t["pools"].items():
+        hits = " / ".join(f"{tier} {num(rate, '%')}" for tier, rate in p["hit_rate"].items())
+        cols[i % 4].metric(f"{pool} prefix hits by tier", hits, help=tag)
+        loaded = " / ".join(f"{tier} {num(g, 'GiB')}" for tier, g in p["gib_loaded"].items())
+        cols[(i + 1) % 4].metric(f"{pool} loaded back", loaded, help=tag)
+        i += 2
+    lb = t["load_back_ms"]
+    cols[i % 4].metric("load-back p50 / p95 (in TTFT)", f"{num(lb['p50'], 'ms')} / {num(lb['p95'], 'ms')}", help=tag)
+    cols[(i + 1) % 4].metric("load-back share of TTFT", num(t["load_back_share_of_ttft"], "%"), help=tag)
+    st.caption(
+        f"{t['requests_loading']:,} requests loaded part of their prefix back from below HBM; written down: "
+        + "; ".join(
+            f"{pool} " + ", ".join(f"{tier} {num(g, 'GiB')}" for tier, g in p["gib_written"].items())
+            for pool, p in t["pools"].items()
+        )
+    )
 
 
 def _series(run: Run) -> None:
