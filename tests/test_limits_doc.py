@@ -36,6 +36,7 @@ WHERE = {  # schema class -> where its fields sit in a scenario
     "Length": "`traffic.prompt_tokens`, `traffic.output_tokens`",
     "Diurnal": "`traffic.diurnal`",
     "Sessions": "`traffic.sessions`",
+    "Agentic": "`traffic.agentic`",
     "SLO": "`slo`",
     "Cost": "`cost`",
 }

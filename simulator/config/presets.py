@@ -8,6 +8,7 @@ repository root (where `engines/` keeps the fitted ones), so a scenario names it
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,17 @@ def _read(kind: str, name: str) -> dict[str, Any]:
         label = {"models": "model", "hardware": "hardware", "engines": "engine"}[kind]
         raise InputError(f"unknown {label} preset '{name}' (known: {', '.join(names(kind))})")
     return yaml.safe_load(path.read_text())
+
+
+def named(load: Callable[[str], dict[str, Any]], value: Any) -> Any:
+    """A schema field that takes a preset's name or inline data: the preset's mapping for a name (an unknown one a
+    ValueError, which pydantic reports with the field's YAML path), anything else as given."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return load(value)
+    except InputError as e:
+        raise ValueError(str(e)) from None
 
 
 def model(name: str) -> dict[str, Any]:

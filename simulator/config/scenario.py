@@ -21,7 +21,6 @@ from simulator.config import parallel, presets, tiers
 from simulator.config.parallel import Speculative
 from simulator.config.specs import FP4_FORMATS, EngineSpec, HardwareSpec, KVFormat, ModelSpec, WeightFormat
 from simulator.config.tiers import StorageTier
-from simulator.errors import InputError
 
 
 class Strict(BaseModel):
@@ -119,12 +118,7 @@ class Pool(Strict):
     @field_validator("hardware", mode="before")
     @classmethod
     def _hardware_preset(cls, v: Any) -> Any:
-        if not isinstance(v, str):
-            return v
-        try:
-            return presets.hardware(v)
-        except InputError as e:  # reported with its YAML path, like any other field
-            raise ValueError(str(e)) from None
+        return presets.named(presets.hardware, v)
 
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:

@@ -44,10 +44,22 @@ N_FREE, N_CACHED, NEXT_TAG, N_EVICTED = range(4)  # a tiered cache's meta has N_
 
 @njit(cache=True, inline="always")
 def _unlink(st: np.ndarray, p: int) -> None:
+    """Take row p out of the LRU list threaded through columns NXT/PRV (the tiers' slots use the same columns)."""
     a, b = st[p, PRV], st[p, NXT]
     st[a, NXT] = b
     st[b, PRV] = a
     st[p, NXT] = st[p, PRV] = -1
+
+
+@njit(cache=True, inline="always")
+def _link_newest(st: np.ndarray, p: int) -> None:
+    """Put row p at the newest end of the LRU list (before the sentinel, the last row)."""
+    head = st.shape[0] - 1
+    tail = st[head, PRV]
+    st[tail, NXT] = p
+    st[p, PRV] = tail
+    st[p, NXT] = head
+    st[head, PRV] = p
 
 
 @njit(cache=True)
@@ -153,11 +165,7 @@ def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
             continue
         freed += 1
         if st[p, KEYED]:
-            tail = st[head, PRV]
-            st[tail, NXT] = p
-            st[p, PRV] = tail
-            st[p, NXT] = head
-            st[head, PRV] = p
+            _link_newest(st, p)
             meta[N_CACHED] += 1
         else:
             st[meta[N_FREE], FREE] = p

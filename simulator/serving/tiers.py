@@ -26,10 +26,24 @@ import numpy as np
 from numba import njit
 
 from simulator.serving import prefix_index as px
-from simulator.serving.cache import KEY, KEYED, N_CACHED, N_EVICTED, REF, PagedCache, _take, _unlink
+from simulator.serving.cache import (
+    KEY,
+    KEYED,
+    N_CACHED,
+    N_EVICTED,
+    NXT,
+    PRV,
+    REF,
+    PagedCache,
+    _link_newest,
+    _take,
+    _unlink,
+)
 from simulator.serving.tables import BlockTable
 
-TKEY, TNXT, TPRV, WTAG = range(4)  # a tier's per-slot columns: its key, LRU links, the tag its index recorded
+# A tier's per-slot columns: its key, its LRU links (the HBM cache's NXT/PRV columns, so one pair of list
+# operations serves both), the tag its index recorded.
+TKEY, TNXT, TPRV, WTAG = 0, NXT, PRV, 3
 USED, NEXT_TAG, STALE = range(3)  # a tier's meta: slots ever filled, the next tag, stale slots it let go
 HBM, HOST, STORAGE = range(3)  # where a prefix page was found
 TIER_NAMES = ("host", "storage")
@@ -38,24 +52,6 @@ DOWN, UP, FETCH, CASCADE = range(4)  # HBM page -> tier slot; tier slot -> HBM p
 
 
 # -- one tier's compiled bookkeeping --------------------------------------------------------------------------------
-@njit(cache=True, inline="always")
-def _t_unlink(ts: np.ndarray, s: int) -> None:
-    a, b = ts[s, TPRV], ts[s, TNXT]
-    ts[a, TNXT] = b
-    ts[b, TPRV] = a
-    ts[s, TNXT] = ts[s, TPRV] = -1
-
-
-@njit(cache=True, inline="always")
-def _t_link_newest(ts: np.ndarray, s: int) -> None:
-    head = ts.shape[0] - 1
-    tail = ts[head, TPRV]
-    ts[tail, TNXT] = s
-    ts[s, TPRV] = tail
-    ts[s, TNXT] = head
-    ts[head, TPRV] = s
-
-
 @njit(cache=True)
 def _t_put(
     keys: np.ndarray,
@@ -79,8 +75,8 @@ def _t_put(
         s = px.lookup(tindex, k)
         if s != px.EMPTY:
             if ts[s, TNXT] >= 0:  # (a pinned slot stays out of the list)
-                _t_unlink(ts, s)
-                _t_link_newest(ts, s)
+                _unlink(ts, s)
+                _link_newest(ts, s)
             slots[i] = -2
             continue
         if tmeta[USED] < cap:
@@ -91,7 +87,7 @@ def _t_put(
             if s == head:  # every slot pinned by a load in flight
                 slots[i] = -1
                 continue
-            _t_unlink(ts, s)
+            _unlink(ts, s)
             if ts[s, TKEY] >= 0:
                 if ttag[s] == ts[s, WTAG]:
                     evicted[i] = ts[s, TKEY]
@@ -102,7 +98,7 @@ def _t_put(
         ttag[s] = ts[s, WTAG] = tmeta[NEXT_TAG]
         tmeta[NEXT_TAG] += 1
         px.insert(tindex, k, s)
-        _t_link_newest(ts, s)
+        _link_newest(ts, s)
         slots[i] = s
         written += 1
     return written
@@ -113,9 +109,9 @@ def _t_pin(ts: np.ndarray, slots: np.ndarray, pin: bool) -> None:
     """Take slots out of the LRU list while loads read them (`pin`), or put them back as the newest."""
     for s in slots:
         if pin:
-            _t_unlink(ts, s)
+            _unlink(ts, s)
         else:
-            _t_link_newest(ts, s)
+            _link_newest(ts, s)
 
 
 @njit(cache=True)

@@ -189,23 +189,12 @@ class SyntheticSource(TrafficSource):
         return self._shared + stream_blocks(stream_key(self._root, session), k, tokens // BLOCK_TOKENS)
 
     def _subagent(self, req: Request, j: int, at: float) -> Request:
-        """Sub-agent j's first call: the orchestrator's context and answer as its prefix, then its own task."""
+        """Sub-agent j's first call: the orchestrator's context and answer as its prefix, then its own task (a
+        turn of its own stream, from the turn before its first)."""
         assert req.session is not None
-        prompt = req.prompt_tokens + req.output_tokens + self._tools.take(1)[0]
-        shared = self._blocks(req.session, req.prompt_tokens + req.output_tokens)
-        own = stream_key(SUBAGENT_ROOT, req.session * MAX_SUBAGENTS + j)
-        self._issued += 1
-        return Request(
-            id=self._issued - 1,
-            arrival=at,
-            prompt_tokens=prompt,
-            output_tokens=self._outputs.take(1)[0],
-            session=req.session,
-            client=req.client,
-            agent=j,
-            blocks=shared + stream_blocks(own, len(shared), prompt // BLOCK_TOKENS),
-            block_tokens=BLOCK_TOKENS,
-        )
+        context = req.prompt_tokens + req.output_tokens
+        start = Request(0, at, context, 0, session=req.session, client=req.client, turn=-1, agent=j)
+        return self._next_turn(start, at, self._tools.take(1)[0], base=self._blocks(req.session, context))
 
     def _may_issue(self, at: float) -> bool:
         t = self._traffic
