@@ -95,6 +95,10 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
                 f"{d['kv_peak_rank_occupancy']:.1%})",
             )
         )
+    rows += _tier_rows(m) + [
+        (f"{name} pool: {p['gpus']:,} × {p['hardware'].upper()}", f"${p['usd_per_hour']:,.2f}/hour, {p['share']:.1%}")
+        for name, p in m.get("cost_by_pool", {}).items()  # pools of different GPUs: what each costs
+    ]
     if m.get("rejected_by_reason"):
         rows.insert(6, ("  rejected because", ", ".join(f"{k} {v:,}" for k, v in m["rejected_by_reason"].items())))
     for k, v in rows:
@@ -102,6 +106,25 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
     console.print(t)
     print_anatomy(console, result)
     text.print(provenance_line(result))
+
+
+def _tier_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """KV tiers below HBM: each pool's prefix hits by tier and what it loaded back, and the load-back time."""
+    t = m.get("kv_tiers")
+    if t is None:
+        return []
+    rows = [
+        (
+            f"  {pool} hits by tier",
+            ", ".join(f"{tier} {rate:.1%}" for tier, rate in p["hit_rate"].items())
+            + "; loaded back "
+            + ", ".join(f"{tier} {g:,.1f} GiB" for tier, g in p["gib_loaded"].items()),
+        )
+        for pool, p in t["pools"].items()
+    ]
+    lb = t["load_back_ms"]
+    when = "-" if lb["p50"] is None else f"p50 {_fmt(lb['p50'])} / p95 {_fmt(lb['p95'])} ms"
+    return [*rows, ("  load-back (in TTFT)", f"{t['requests_loading']:,} requests, {when}")]
 
 
 def _slo_row(slo: dict[str, Any]) -> str:
