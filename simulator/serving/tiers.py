@@ -20,7 +20,7 @@ reading the moves a cache logs when asked to (`moves`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -305,7 +305,6 @@ class Loads:
 
     host: int = 0
     storage: int = 0
-    dest: list[int] = field(default_factory=list)  # the HBM pages they land in
 
     @property
     def pages(self) -> int:
@@ -471,7 +470,6 @@ class TieredCache(PagedCache):
                 self._log(UP, 1, slot, page)
         for t, slots in enumerate(pinned):
             self.tiers[t].pin(slots, pin=False)
-        loads.dest = dest[dest >= 0].tolist()
         self._loads = loads if loads.pages else None
 
     def _log(self, op: int, tier: int, src: int, dst: int) -> None:
