@@ -11,8 +11,8 @@ import numpy as np
 
 from simulator.config.tiers import has_tiers
 from simulator.pricing.tier_pricing import TierPricing
-from simulator.results.metrics import percentiles
 from simulator.results.record import RunRecord
+from simulator.results.service import percentiles
 
 GIB = 1024**3
 
