@@ -18,7 +18,8 @@ from simulator.config.scenario import Length, Routing, Scenario
 from simulator.config.specs import KVFormat, WeightFormat
 from simulator.errors import InputError
 
-POOL_FIELDS = ("instances", "tp", "ep", "weights", "kv_cache", "mem_fraction")
+POOL_FIELDS = ("instances", "tp", "ep", "weights", "kv_cache", "mem_fraction", "host_tier_gib")
+SCENARIO_GPU = None  # a pool's GPU knob at "the scenario's hardware" (`--set deployment.decode.hardware=null`)
 # The choices are the schema's own, so a format or policy the simulator gains shows up in the page.
 WEIGHT_FORMATS: list[str] = list(get_args(WeightFormat))
 KV_FORMATS: list[str] = list(get_args(KVFormat))
@@ -30,6 +31,7 @@ EP_CHOICES = [1, 2, 4, 8]
 # a URL can never give a widget a value it refuses.
 RANGES: dict[str, tuple[float, float]] = {
     "instances": (1, 1024),
+    "host_tier_gib": (0.0, 65_536.0),
     "traffic.concurrency": (1, 4096),
     "traffic.rate": (0.01, 10_000.0),
     "traffic.trace_speedup": (0.01, 10_000.0),
@@ -68,6 +70,12 @@ def preset_choice(raw: dict[str, Any], key: str) -> str:
     return value if isinstance(value, str) else f"inline: {value.get('name', key)}"
 
 
+def pool_gpu(raw: dict[str, Any], pool: str) -> str | None:
+    """The GPU a study names for a pool (None: the scenario's `hardware`); an inline one shows as 'inline: NAME'."""
+    value = ((raw.get("deployment") or {}).get(pool) or {}).get("hardware")
+    return value if value is None or isinstance(value, str) else f"inline: {value.get('name', 'hardware')}"
+
+
 def preset_options(raw: dict[str, Any], key: str) -> list[str]:
     """The presets a select knob offers (for the engine, also the fitted engines in the project's `engines/`)."""
     names = presets.names(PRESET_KINDS[key]) + (presets.fitted_files() if key == "engine" else [])
@@ -91,6 +99,7 @@ def study_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
     for name, pool in sc.deployment.pools().items():
         for f in POOL_FIELDS:
             out[f"deployment.{name}.{f}"] = getattr(pool, f)
+        out[f"deployment.{name}.hardware"] = pool_gpu(raw, name)
     t = sc.traffic
     path = load_path(sc)
     out[path] = getattr(t, path.split(".")[1])
@@ -152,6 +161,8 @@ def select_options(
             ("kv_cache", KV_FORMATS),
         ):
             out[p + field] = _with_own(options, start[p + field])
+        gpus: list[Any] = [SCENARIO_GPU, *presets.names("hardware")]
+        out[p + "hardware"] = gpus if start[p + "hardware"] in gpus else [*gpus, start[p + "hardware"]]
     out["routing.policy"] = ROUTING
     out["prefix_cache.enabled"] = out["integrity.enabled"] = [True, False]
     out["profile"] = profiles
@@ -168,7 +179,7 @@ def number_range(path: str, own: Any) -> tuple[float, float]:
     last = path.rsplit(".", 1)[-1]
     if last == "mem_fraction":
         return mem_fraction_range(float(own))
-    return RANGES[last] if last == "instances" else RANGES[path]
+    return RANGES[last] if last in ("instances", "host_tier_gib") else RANGES[path]
 
 
 def url_items(start: dict[str, Any], chosen: dict[str, Any]) -> list[str]:
@@ -178,6 +189,8 @@ def url_items(start: dict[str, Any], chosen: dict[str, Any]) -> list[str]:
 
 
 def _set_text(value: Any) -> str:
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict):

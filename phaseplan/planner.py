@@ -390,7 +390,7 @@ def register(
             check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
         check_out(out, scenario, "plan")
         versions, version_options = engine_versions(engine_versions_given)
-        dims = spaces.parse(search) if search else spaces.default(sc, raw)
+        dims = spaces.build(search, sc, raw)
         total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
         with backend(backend_kind, jobs) as b:
             with bar("simulating candidates", total) as tick:

@@ -17,7 +17,7 @@ def check_fits(sc: Scenario, scenario: Path, sets: tuple[str, ...] | list[str]) 
     """Every pool's weights and at least one KV page fit its GPUs (`mem_fraction` too small, weights too large):
     refused naming the file's pool or the --set that shrank it, not only the pool."""
     for name, pool in sc.deployment.pools().items():
-        cap = pool_capacity(sc.model, sc.hardware, pool)
+        cap = pool_capacity(sc.model, sc.hardware_of(pool), pool)
         if not cap.fits:
             raise InputError(loader.locate(scenario, sets, f"deployment.{name}", cap.reason))
 

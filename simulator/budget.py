@@ -29,6 +29,7 @@ from simulator.workload.traffic import BLOCK_TOKENS
 REQUEST_BYTES = 3_000
 BLOCK_BYTES = 40
 PAGE_BYTES = 120
+TIER_SLOT_BYTES = 72  # a tier slot: 4 int64 columns, its tag, an index entry of two int64 at a load of one half
 INSTANCE_BYTES = 300_000
 STEP_BYTES = 150  # one step of a run of identical decode steps, priced at once (its times, growth and pages)
 # a content block of a trace row while the trace is read: its id as read, the chained values, the tuple kept
@@ -133,7 +134,7 @@ def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None =
         parts[(f"traffic.trace ({t.trace})", what)] = trace.rows * REQUEST_BYTES + trace.blocks * TRACE_BLOCK_BYTES
         output_mean = trace.output_tokens / trace.rows if trace.rows else 0.0
     elif t.rate is not None:
-        per_conversation = t.sessions.turns
+        per_conversation = t.per_session
         mult = sum(t.diurnal.multipliers) / len(t.diurnal.multipliers) if t.arrival == "diurnal" else 1.0
         requests = math.inf if t.duration_s is None else t.rate * mult * t.duration_s * per_conversation
         source = "traffic.rate × traffic.duration_s"
@@ -150,16 +151,20 @@ def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None =
             source = "traffic.requests (4 × traffic.concurrency when not given)"
     output = requests * output_mean
     if t.trace is None:
-        prompt = t.shared_prefix_tokens + prompt_mean * (t.sessions.turns + 1) / 2
+        prompt = t.shared_prefix_tokens + prompt_mean * (t.per_session + 1) / 2
         parts[(source, f"{_n(requests)} requests")] = requests * (REQUEST_BYTES + BLOCK_BYTES * prompt / BLOCK_TOKENS)
     pools = sc.deployment.pools()
     for name, pool in pools.items():
-        pages = pool_capacity(sc.model, sc.hardware, pool).pages
+        cap = pool_capacity(sc.model, sc.hardware_of(pool), pool)
         what = f"{sum(p.instances for p in pools.values()):,} instances with their KV pages"
-        parts[(f"deployment.{name}.instances", what)] = pool.instances * (INSTANCE_BYTES + PAGE_BYTES * pages)
+        parts[(f"deployment.{name}.instances", what)] = pool.instances * (INSTANCE_BYTES + PAGE_BYTES * cap.pages)
+        if cap.tiers:  # every rank keeps its tiers' slots
+            slots = pool.instances * pool.dp * sum(cap.tiers.values())
+            parts[(f"deployment.{name}.host_tier_gib", f"{slots:,} KV page slots below HBM")] = TIER_SLOT_BYTES * slots
     # A run of decode steps lasts until a request ends or pages run out: at most the longest output, or what
     # an instance's KV holds (a longer request is rejected on arrival).
-    kv_tokens = pool_capacity(sc.model, sc.hardware, sc.deployment.decode).kv_tokens
+    decode = sc.deployment.decode
+    kv_tokens = pool_capacity(sc.model, sc.hardware_of(decode), decode).kv_tokens
     longest = largest(t.output_tokens) if t.trace is None else trace.longest_output
     steps = kv_tokens if longest is None else min(kv_tokens, longest)
     parts[("traffic.output_tokens", f"a run of up to {steps:,} decode steps priced at once")] = STEP_BYTES * steps

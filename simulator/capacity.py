@@ -30,6 +30,7 @@ from rich.text import Text
 from simulator.config import formats
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import GQA, MLA, Component, FormatRule, HardwareSpec, ModelSpec, WeightFormat
+from simulator.config.tiers import has_tiers
 from simulator.console import styled
 from simulator.errors import InputError
 from simulator.folding import Folded
@@ -86,13 +87,16 @@ class PoolCapacity:
     # DP attention / wide EP (simulator/config/parallel.py): what one rank holds; None when the pool uses neither,
     # and then left out of the JSON (`capacity_dict`).
     per_rank: dict[str, Any] | None = None
+    # KV tiers below HBM (simulator/config/tiers.py): the page slots of each rank's tiers; None without tiers.
+    tiers: dict[str, int] | None = None
 
 
 def capacity_dict(cap: PoolCapacity) -> dict[str, Any]:
     """The JSON form of a pool's capacity; `per_rank` appears only for pools with DP attention or wide EP."""
     out = asdict(cap)
-    if out["per_rank"] is None:
-        del out["per_rank"]
+    for key in ("per_rank", "tiers"):
+        if out[key] is None:
+            del out[key]
     return out
 
 
@@ -385,7 +389,21 @@ def pool_capacity(model: ModelSpec, hw: HardwareSpec, pool: Pool) -> PoolCapacit
         gpus=pool.gpus,
         per_rank=per_rank,
         weights_scheme=scheme_label(model, pool.weights, pool.weights_scheme),
+        tiers=tier_pages(model, pool, per_token) if has_tiers(pool) and not problem else None,
     )
+
+
+def tier_pages(model: ModelSpec, pool: Pool, per_token: int) -> dict[str, int]:
+    """Page slots of one rank's tiers below HBM. Host DRAM is per instance, each GPU keeping its own share of a page
+    as it does in HBM (`per_token`: a GPU's KV bytes per token; SGLang's --hicache-size is per rank), so a rank holds
+    host_tier_gib / tp over its GPU's page bytes. A storage tier keeps one copy of every KV head per instance (HiCache
+    writes an MLA page to L3 from one rank), split over the DP ranks."""
+    host = int(pool.host_tier_gib * GIB / pool.tp // (pool.page_size * per_token))
+    storage = 0
+    if pool.storage_tier is not None:
+        whole = kv_bytes_per_token(model, pool.model_copy(update={"tp": 1, "dp": 1}))
+        storage = int(pool.storage_tier.capacity_gib * GIB / pool.dp // (pool.page_size * whole))
+    return {"host_pages": host, "storage_pages": storage}
 
 
 def experts_per_rank(model: ModelSpec, pool: Pool) -> int:
@@ -426,7 +444,9 @@ def capacity_report(scenario: Scenario) -> dict[str, Any]:
     assert isinstance(model, ModelSpec) and isinstance(hw, HardwareSpec), "scenario presets are not resolved"
     pools = scenario.deployment.pools()
     return {
-        "pools": {name: capacity_dict(pool_capacity(model, hw, pool)) for name, pool in pools.items()},
+        "pools": {
+            name: capacity_dict(pool_capacity(model, scenario.hardware_of(pool), pool)) for name, pool in pools.items()
+        },
         "checkpoint_gib": {fmt: checkpoint_bytes(model, fmt) / GIB for fmt in _checkpoint_formats(pools.values())},
         "params": {"total": total_params(model), "active": active_params(model)},
     }

@@ -351,6 +351,8 @@ CLASS_AT: dict[str, tuple[tuple[str, ...], Any]] = {
     "Transfer": (("deployment", "transfer"), lambda: {}),
     "Diurnal": (("traffic", "diurnal"), lambda: {}),
     "Sessions": (("traffic", "sessions"), lambda: {}),
+    "Agentic": (("traffic", "agentic"), lambda: {}),
+    "StorageTier": (("deployment", "decode", "storage_tier"), lambda: {"capacity_gib": 1, "bandwidth_gbs": 1}),
     "SLO": (("slo",), lambda: {}),
     "Cost": (("cost",), lambda: {}),
     "FormatRule": (("model", "formats", "int4"), lambda: {"components": ["attention"]}),

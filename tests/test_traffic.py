@@ -32,8 +32,7 @@ def drive(src: TrafficSource, seed: int = 123) -> tuple[list[Request], dict[int,
     while heap:
         t, _, r = heapq.heappop(heap)
         done[r.id] = t
-        nxt = src.on_complete(r, t)
-        if nxt is not None:
+        for nxt in src.on_complete(r, t):
             assert nxt.arrival >= t
             issued.append(nxt)
             heapq.heappush(heap, (nxt.arrival + rng.exponential(1.0), nxt.id, nxt))
@@ -216,7 +215,7 @@ def test_poisson_duration_bound() -> None:
     assert src.total_expected == len(reqs) and abs(len(reqs) / 10000 - 1) < 0.05
     assert all(r.arrival < 500 for r in reqs) and [r.id for r in reqs] == list(range(len(reqs)))
     assert all(a.arrival <= b.arrival for a, b in zip(reqs, reqs[1:], strict=False))
-    assert all(src.on_complete(r, 600.0) is None for r in reqs[:10])
+    assert all(src.on_complete(r, 600.0) == [] for r in reqs[:10])
 
 
 @pytest.mark.parametrize("burst_cv", [0.5, 2.0, 4.0])
@@ -361,3 +360,49 @@ def test_hashes_are_stable_values() -> None:
     assert stream_key(ROOT, 7) == stream_key(np.uint64(ROOT), np.array([7], dtype=np.uint64)).tolist()[0]
     x = np.array([0, 1, 2**63, 2**64 - 1], dtype=np.uint64)
     assert mix64(x).tolist() == [mix64(int(v)) for v in x]
+
+
+AGENTS = {"steps": 4, "tool_time_s": 2.0, "tool_output_tokens": 300, "subagents": 3, "subagent_steps": 2}
+
+
+def test_agent_tasks_grow_fan_out_and_join() -> None:
+    """Each task: the orchestrator's first call, 3 sub-agents at once whose prompts start with its context, each
+    sub-agent's calls growing by an answer and a tool result after a pause, the orchestrator's next call once the
+    last sub-agent reported (its context grown by every report), then its remaining calls."""
+    t = Traffic(rate=0.5, requests=60, prompt_tokens=1000, output_tokens=100, shared_prefix_tokens=256, agentic=AGENTS)
+    src = make_source(t, 5)
+    issued, done, _ = drive(src, seed=9)
+    tasks: dict[int, list[Request]] = defaultdict(list)
+    for r in issued:
+        tasks[r.session].append(r)  # type: ignore[index]
+    whole = [calls for calls in tasks.values() if len(calls) == t.agentic.calls]  # type: ignore[union-attr]
+    assert whole, "some task issued all of its 4 + 3 × 2 calls"
+    for calls in whole:
+        first = next(r for r in calls if r.agent == 0 and r.turn == 0)
+        context = first.prompt_tokens + first.output_tokens
+        subs = [r for r in calls if r.agent > 0]
+        for r in (r for r in subs if r.turn == 0):  # a sub-agent starts from the orchestrator's context
+            assert r.arrival == done[first.id] and r.prompt_tokens == context + 300
+            assert r.blocks[: len(first.blocks)] == first.blocks
+        by_agent = {j: sorted((r for r in subs if r.agent == j), key=lambda r: r.turn) for j in (1, 2, 3)}
+        for a, b in by_agent.values():
+            assert b.prompt_tokens == a.prompt_tokens + a.output_tokens + 300 and b.arrival >= done[a.id]
+            assert b.blocks[: len(a.blocks)] == a.blocks  # its own calls extend its own stream
+        own = {rs[0].blocks[context // BLOCK_TOKENS + 1] for rs in by_agent.values()}
+        assert len(own) == 3, "each sub-agent's own content is its own"
+        nxt = next(r for r in calls if r.agent == 0 and r.turn == 1)
+        reports = sum(rs[-1].output_tokens for rs in by_agent.values())
+        assert nxt.prompt_tokens == context + reports  # it waits for the last report and reads them all
+        assert nxt.arrival == max(done[rs[-1].id] for rs in by_agent.values())
+        assert nxt.blocks[: len(first.blocks)] == first.blocks
+    again, _, _ = drive(make_source(t, 5), seed=9)
+    assert [(r.id, r.arrival, r.prompt_tokens, r.blocks) for r in again] == [
+        (r.id, r.arrival, r.prompt_tokens, r.blocks) for r in issued
+    ]
+
+
+def test_agent_tasks_refuse_a_trace_and_sessions() -> None:
+    with pytest.raises(ValueError, match="agentic"):
+        Traffic(rate=1, requests=10, sessions={"turns": 2}, agentic=AGENTS)
+    with pytest.raises(InputError, match="agentic"):
+        make_source(Traffic(trace=str(REPO / "traces" / "mooncake-conversation.jsonl"), agentic=AGENTS), 0)

@@ -65,14 +65,17 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
     )
     pools = sc.deployment.pools()
     gpus = {
-        name: gpu_memory.gpu_memory(model, hw, pool, f"{name}: {pool.weights} weights, {pool.kv_cache} KV")
+        name: gpu_memory.gpu_memory(
+            model, sc.hardware_of(pool), pool, f"{name}: {pool.weights} weights, {pool.kv_cache} KV"
+        )
         for name, pool in pools.items()
     }
     cols = st.columns(len(gpus))
     for col, (name, g) in zip(cols, gpus.items(), strict=True):
         pool = pools[name]
         with col:
-            st.subheader(f"{name} pool · {pool.instances} × TP{pool.tp}")
+            gpu = f" on {sc.hardware_of(pool).name}" if sc.mixed_hardware else ""
+            st.subheader(f"{name} pool · {pool.instances} × TP{pool.tp}{gpu}")
             if not g.fits:
                 st.error(f"{name}: {g.reason}")
             a, b = st.columns(2)
@@ -97,7 +100,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
         f"Formats side by side · {focus} pool ({pool.instances} × TP{pool.tp}, mem_fraction {pool.mem_fraction:.2f})"
     )
     st.caption("BF16 vs FP8 KV cache and FP8 vs INT4 weights for the same deployment; everything else as above.")
-    vs = gpu_memory.variants(model, hw, pool)
+    vs = gpu_memory.variants(model, sc.hardware_of(pool), pool)
     st.table(
         [
             {

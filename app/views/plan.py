@@ -118,7 +118,7 @@ def _search_space(study: Study, sc: Scenario, raw: dict[str, Any]) -> tuple[spac
         "the default also varies the parallel layout (and a disaggregated deployment's weight format)",
     )
     items = [line.strip() for line in text.splitlines() if line.strip()]
-    edited = spaces.parse(items)
+    edited = spaces.build(items, sc, raw)
     st.caption(f"searched: {edited.describe()} ({edited.count():,} candidates)")
     return edited, items
 

@@ -101,6 +101,25 @@ def deployment_knobs(study: Study, start: dict[str, Any], options: Options) -> d
         chosen[p + "mem_fraction"] = sb.slider(
             "mem_fraction (weights + KV share of HBM)", low, high, own, 0.01, key=knob(study, p + "mem_fraction")
         )
+        c1, c2 = sb.columns(2)
+        gpus = options[p + "hardware"]
+        chosen[p + "hardware"] = c1.selectbox(
+            "GPU of this pool",
+            gpus,
+            gpus.index(start[p + "hardware"]),
+            format_func=lambda g: "the scenario's" if g is knobs.SCENARIO_GPU else g,
+            key=knob(study, p + "hardware"),
+            help="Prefill and decode may run on different GPUs: each pool is priced, sized and costed as its own.",
+        )
+        chosen[p + "host_tier_gib"] = c2.number_input(
+            "host KV tier (GiB per instance)",
+            *knobs.RANGES["host_tier_gib"],
+            float(start[p + "host_tier_gib"]),
+            64.0,
+            key=knob(study, p + "host_tier_gib"),
+            help="Host DRAM keeping the KV pages HBM evicts; a prefix found there loads back instead of being "
+            "recomputed (0: HBM only).",
+        )
     return chosen
 
 

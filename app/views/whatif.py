@@ -13,7 +13,7 @@ from app.scenario_io import Study
 from app.views import charts, command
 from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
-from simulator.results.cost import generating, per_mtok
+from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
 from simulator.results.report import provenance_line, window_lines
 from simulator.validation import bands
 
@@ -86,7 +86,7 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         )
     tag = source_tag(r)
     sc = r["scenario"]
-    cost = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
+    cost = per_mtok(m, result_gpu_hour_usd(sc))
     if generating(m):
         what, tok_s, per_gpu = "output throughput", m["output_tokens_per_s"], m["output_tokens_per_s_per_gpu"]
     else:  # a prefill study: its requests answer one token, so what it serves is input
@@ -108,6 +108,17 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         st.caption(band)
     for line in window_lines(m):  # the steady-state window the figures are read over, and the whole run's
         st.caption(line)
+    if "kv_tiers" in m:
+        _tiers(m["kv_tiers"], tag)
+    if "cost_by_pool" in m:
+        st.caption(
+            "cost by pool: "
+            + "; ".join(
+                f"{name} {p['gpus']:,} × {p['hardware'].upper()} at ${p['gpu_hour_usd']:g}/GPU-hour "
+                f"({num(p['share'], '%')} of the fleet's)"
+                for name, p in m["cost_by_pool"].items()
+            )
+        )
     st.caption(
         f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
         f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "
@@ -146,6 +157,28 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         _series(run)
     if st.toggle(f"charts: where a step's time goes ({tag})", key="charts:anatomy"):
         _anatomy(r)
+
+
+def _tiers(t: dict[str, Any], tag: str) -> None:
+    """KV tiers below HBM: prefix hits by tier, what moved, and the load-back time inside TTFT."""
+    cols = st.columns(4)
+    i = 0
+    for pool, p in t["pools"].items():
+        hits = " / ".join(f"{tier} {num(rate, '%')}" for tier, rate in p["hit_rate"].items())
+        cols[i % 4].metric(f"{pool} prefix hits by tier", hits, help=tag)
+        loaded = " / ".join(f"{tier} {num(g, 'GiB')}" for tier, g in p["gib_loaded"].items())
+        cols[(i + 1) % 4].metric(f"{pool} loaded back", loaded, help=tag)
+        i += 2
+    lb = t["load_back_ms"]
+    cols[i % 4].metric("load-back p50 / p95 (in TTFT)", f"{num(lb['p50'], 'ms')} / {num(lb['p95'], 'ms')}", help=tag)
+    cols[(i + 1) % 4].metric("load-back share of TTFT", num(t["load_back_share_of_ttft"], "%"), help=tag)
+    st.caption(
+        f"{t['requests_loading']:,} requests loaded part of their prefix back from below HBM; written down: "
+        + "; ".join(
+            f"{pool} " + ", ".join(f"{tier} {num(g, 'GiB')}" for tier, g in p["gib_written"].items())
+            for pool, p in t["pools"].items()
+        )
+    )
 
 
 def _series(run: Run) -> None:

@@ -34,6 +34,7 @@ from kernels.executor.integrity import DeviceTracker
 from kernels.executor.paged_kv import PagedKV, token_bytes
 from kernels.executor.runner import LayerPlan, MTPModule, RankModel
 from kernels.executor.step import build
+from kernels.executor.tiers import TierBuffers
 from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_bytes_per_gpu
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.timer import CostTimer, Stepping, Timed
@@ -87,6 +88,8 @@ class ReplayClock:
         self.drafts: dict[str, RankModel] = {}
         self.draft_kv: dict[tuple[str, int], PagedKV] = {}
         self.trackers: dict[tuple[str, int], DeviceTracker] = {}
+        self.tiers: dict[tuple[str, int], TierBuffers] = {}  # instances with KV tiers below HBM
+        self.tier_s = 0.0  # of the measured seconds, the tiers' page copies (spills and load-backs)
         self.families = Families()
         self.device_s = 0.0  # spent executing (timed steps and family samples)
         self.measured_s = 0.0  # step seconds the clock advanced by that were measured (executed or reused)
@@ -142,6 +145,9 @@ class ReplayClock:
             logical = inst.num_pages
             physical = max(1, min(logical, math.floor(logical * ratio)))
             self.kv[key2] = PagedKV(sc.model, inst.pool, plan.layers, logical, physical, self.dev)
+            cache = inst.ranks[0].cache
+            if cache.tiered:
+                self.tiers[key2] = TierBuffers(self.kv[key2], cache)
             if name in self.drafts:
                 d = self.drafts[name]
                 self.draft_kv[key2] = PagedKV(d.model, d.pool, d.plan.layers, logical, physical, self.dev)
@@ -198,20 +204,48 @@ class ReplayClock:
         `clock="modeled"` executed all the same but timed as `run` times it."""
         assert n == 1 and len(plans) == 1, "the replay times one step of one rank at a time"
         plan = plans[0]
+        moved = self._move_pages(inst, plan)
         step, check = self._measure(inst, plan)
         if self.clock == "modeled":
             return self.cost.time_run(inst, plans, 1)
         if step is None:
             fallback = self._priced(inst, plan)
             self.fallback_s += fallback
-            return [inst.clock + fallback], None
+            return [inst.clock + fallback + moved], None
         collectives = self.collectives.seconds(
             inst.pool_name, self.sc.model, inst.pool, plan, self.drafts.get(inst.pool_name)
         )
-        self.measured_s += step + check
+        self.measured_s += step + check + moved
         self.check_s += check
         self.collective_s += collectives
-        return [inst.clock + step + check + collectives], None
+        return [inst.clock + step + check + collectives + moved], None
+
+    def _move_pages(self, inst: Stepping, plan: Plan) -> float:
+        """Copy the pages the instance's cache spilled and loaded back since its last step, before this step reads
+        them, timed; returns the share of their seconds this step's own load-backs take (by pages), which join the
+        step (not overlapped with its compute here). Spills run beside the steps in an engine (asynchronous copies)
+        and a decode instance's load-backs ride with the KV hand-off, whose link is priced as in `run`: executed,
+        timed and reported, not added. Each sequence loading in this step is told its share."""
+        buffers = self.tiers.get((inst.pool_name, inst.index))
+        if buffers is None:
+            return 0.0
+        counts = [0, 0]
+
+        def run() -> None:
+            counts[:] = buffers.drain()
+
+        seconds = self.sw.timed(run)
+        self.device_s += seconds
+        self.tier_s += seconds
+        moved, _ = counts
+        if not moved:
+            return 0.0
+        mine = 0.0
+        for seq, _ in plan.prefill:
+            if seq.loads is not None:
+                seq.load_s = seconds * seq.loads.pages / moved
+                mine += seq.load_s
+        return mine
 
     def _measure(self, inst: Stepping, plan: Plan) -> tuple[float | None, float]:
         """The step's measured seconds (executed now, or its bucket's median; None when it must be priced), and
@@ -318,6 +352,7 @@ class ReplayClock:
                 "of_which_integrity_check": round(self.check_s, 6),
                 "collectives_priced": round(self.collective_s, 6),
                 "cost_model_fallback": round(self.fallback_s, 6),
+                **({"of_which_tier_page_copies": round(self.tier_s, 6)} if self.tiers else {}),
                 "device_time_spent": round(self.device_s, 6),
             },
             "steps": {"total": total, **counts},
@@ -348,6 +383,11 @@ class ReplayClock:
                 for (name, i), kv in self.kv.items()
             },
             "integrity_check": "on the device against a device copy of the page tags" if self.trackers else "off",
+            **(
+                {"kv_tiers": {f"{name}/{i}": b.provenance() for (name, i), b in self.tiers.items()}}
+                if self.tiers
+                else {}
+            ),
             **(
                 {
                     "speculative": {

@@ -5,7 +5,7 @@ why'), which the loader turns into one line with the file's line or the --set it
 
 from __future__ import annotations
 
-from simulator.config.scenario import Length, Pool, Scenario
+from simulator.config.scenario import Agentic, Length, Pool, Scenario
 from simulator.config.specs import EngineSpec, HardwareSpec
 
 
@@ -13,6 +13,8 @@ def check(sc: Scenario) -> None:
     check_instances_fit_nodes(sc)
     check_prompts_fit_context(sc)
     check_engine(sc.engine)
+    check_profile_prices_every_pool(sc)
+    check_tiers(sc)
 
 
 def check_engine(engine: EngineSpec) -> None:
@@ -41,7 +43,31 @@ def check_instances_fit_nodes(sc: Scenario) -> None:
     An instance that spans nodes says so with `nodes`; how its GPUs split over them is config/parallel.py's rule.
     """
     for name, pool in sc.deployment.pools().items():
-        check_pool_fits_node(sc.hardware, name, pool)
+        check_pool_fits_node(sc.hardware_of(pool), name, pool)
+
+
+def check_tiers(sc: Scenario) -> None:
+    """A storage tier sits below host memory (pages reach it through host DRAM, as HiCache's L3 does L2's)."""
+    for name, pool in sc.deployment.pools().items():
+        if pool.storage_tier is not None and pool.host_tier_gib <= 0:
+            raise ValueError(
+                f"deployment.{name}.storage_tier: a storage tier sits below host memory; give "
+                f"deployment.{name}.host_tier_gib too"
+            )
+
+
+def check_profile_prices_every_pool(sc: Scenario) -> None:
+    """A profile file holds one device's measured kernels: pools of another GPU have no tables in it, and the
+    roofline of one GPU must not price another's steps."""
+    if sc.profile == "roofline":
+        return
+    for name, pool in sc.deployment.pools().items():
+        if pool.hardware is not None and pool.hardware.name != sc.hardware.name:
+            raise ValueError(
+                f"deployment.{name}.hardware: {pool.hardware.name} differs from the scenario's {sc.hardware.name}, "
+                f"whose kernels the profile {sc.profile} measures; price pools of different GPUs with "
+                "profile: roofline"
+            )
 
 
 def check_pool_fits_node(hw: HardwareSpec, name: str, pool: Pool) -> None:
@@ -70,10 +96,26 @@ def longest_prompt(sc: Scenario) -> int | None:
     if t.trace is not None:
         return None
     prompt, output = largest(t.prompt_tokens), largest(t.output_tokens)
+    if t.agentic is not None:
+        return _longest_agent_call(t.agentic, t.shared_prefix_tokens + prompt if prompt else None, output)
     turns = t.sessions.turns
     if prompt is None or (turns > 1 and output is None):
         return None
     return t.shared_prefix_tokens + turns * prompt + (turns - 1) * (output or 0)
+
+
+def _longest_agent_call(a: Agentic, first: int | None, output: int | None) -> int | None:
+    """An agent task's longest prompt: the orchestrator's last call (each call adds an answer and a tool's result;
+    the one after its sub-agents adds their reports instead) or a sub-agent's last (the orchestrator's first call
+    and answer, then its own calls)."""
+    tool = largest(a.tool_output_tokens)
+    if first is None or output is None or tool is None:
+        return None
+    orchestrator = first + (a.steps - 1) * (output + tool)
+    if a.subagents and a.steps > 1:
+        orchestrator += a.subagents * output - tool
+    subagent = first + a.subagent_steps * (output + tool) if a.subagents else 0
+    return max(orchestrator, subagent)
 
 
 def check_prompts_fit_context(sc: Scenario) -> None:
@@ -85,6 +127,8 @@ def check_prompts_fit_context(sc: Scenario) -> None:
         return
     turns = sc.traffic.sessions.turns
     how = f" (the last of {turns} turns, earlier turns and answers included)" if turns > 1 else ""
+    if sc.traffic.agentic is not None:
+        how = " (an agent task's last call, its earlier calls, answers and tool results included)"
     if longest > context:
         raise ValueError(
             f"traffic.prompt_tokens: prompts reach {longest:,} tokens{how}, over {sc.model.name}'s "

@@ -92,6 +92,10 @@ def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str
         for depth, key in enumerate(keys[:-1]):
             if depth == 0 and key in PRESET_FIELDS and isinstance(node.get(key, PRESET_DEFAULTS.get(key)), str):
                 node[key] = PRESET_FIELDS[key](node.get(key, PRESET_DEFAULTS.get(key)))
+            elif depth == 2 and key == "hardware" and keys[0] == "deployment" and not isinstance(node.get(key), dict):
+                # a pool's own GPU: its preset, or (none yet) the scenario's, expanded so one figure can be set
+                gpu = node.get(key) or out.get("hardware", PRESET_DEFAULTS["hardware"])
+                node[key] = presets.hardware(gpu) if isinstance(gpu, str) else copy.deepcopy(gpu)
             child = node.get(key) if isinstance(node, dict) else None
             if child is None:
                 child = node[key] = {}

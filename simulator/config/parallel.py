@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationInfo, 
 
 from simulator.config import presets
 from simulator.config.specs import FP4_FORMATS, HardwareSpec, ModelSpec
-from simulator.errors import InputError
 
 
 class Speculative(BaseModel):
@@ -42,12 +41,7 @@ class Speculative(BaseModel):
     @field_validator("draft_model", mode="before")
     @classmethod
     def _preset(cls, v: Any) -> Any:
-        if not isinstance(v, str):
-            return v
-        try:
-            return presets.model(v)
-        except InputError as e:  # reported with its YAML path, like any other field
-            raise ValueError(str(e)) from None
+        return presets.named(presets.model, v)
 
     @field_validator("acceptance")
     @classmethod

@@ -13,6 +13,7 @@ ones), so a scenario names it the same from either. Every file, bundled or not, 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,17 @@ def _read(kind: str, name: str) -> dict[str, Any]:
 def _shown(name: str) -> str:
     """A name as an error shows it: quoted, cut short (it may be a long path or hold line breaks)."""
     return repr(name) if len(name) <= 80 else repr(name[:77]) + "..."
+
+
+def named(load: Callable[[str], dict[str, Any]], value: Any) -> Any:
+    """A schema field that takes a preset's name or inline data: the preset's mapping for a name (an unknown one a
+    ValueError, which pydantic reports with the field's YAML path), anything else as given."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return load(value)
+    except InputError as e:
+        raise ValueError(str(e)) from None
 
 
 def model(name: str) -> dict[str, Any]:

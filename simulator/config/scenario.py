@@ -12,13 +12,15 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_serializer,
     model_validator,
 )
 
-from simulator.config import parallel
+from simulator.config import parallel, presets, tiers
 from simulator.config.parallel import Speculative
 from simulator.config.specs import FP4_FORMATS, EngineSpec, HardwareSpec, KVFormat, ModelSpec, WeightFormat
+from simulator.config.tiers import StorageTier
 
 
 class Strict(BaseModel):
@@ -37,6 +39,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "mixed_chunked_prefill": True,
     "tbo_hidden_share": 1.0,
     "a2a_node_dedup": False,
+    "kv_tier_write": "write_through",
+    "kv_tier_layerwise": True,
 }
 
 
@@ -97,13 +101,34 @@ class Pool(Strict):
     two_batch_overlap: bool = Field(
         False, description="DP attention: all-to-alls hidden behind the other micro-batch's compute (a bound)."
     )
+    # The pool's own GPU (prefill on one GPU, decode on another): priced, sized and costed as that GPU.
+    hardware: HardwareSpec | None = Field(
+        None, description="This pool's GPU: a preset's name or inline figures; null: the scenario's `hardware`."
+    )
+    # KV tiers below HBM (simulator/config/tiers.py; off by default).
+    host_tier_gib: NonNegativeFloat = Field(
+        0.0,
+        description="GiB of host DRAM per instance that keeps KV pages evicted from HBM (0: HBM only; SGLang's "
+        "--hicache-size is this over the instance's GPUs).",
+    )
+    storage_tier: StorageTier | None = Field(
+        None, description="A tier below host memory per instance (local NVMe or a remote store); null: none."
+    )
+
+    @field_validator("hardware", mode="before")
+    @classmethod
+    def _hardware_preset(cls, v: Any) -> Any:
+        return presets.named(presets.hardware, v)
 
     @model_serializer(mode="wrap")
     def _without_unused_features(self, handler: Any) -> Any:
         data = parallel.drop_defaults(handler(self))
-        for key, default in ENGINE_DEFAULTS.items():  # engine settings added later: defaults keep Results' bytes
-            if key in data and data[key] == default:
+        for key, default in {**ENGINE_DEFAULTS, **tiers.TIER_DEFAULTS, "hardware": None}.items():
+            if key in data and data[key] == default:  # settings added later: defaults keep Results' bytes
                 del data[key]
+        if not tiers.has_tiers(self):
+            for key in EngineSpec.TIER_TERMS:
+                data.pop(key, None)
         return data
 
     # Decode-only steps run as CUDA graphs (SGLang, vLLM and TRT-LLM all do by default): a kernel the roofline
@@ -174,6 +199,15 @@ class Pool(Strict):
         False,
         description="MoE dispatch sends a token once per node and forwards it over NVLink (DeepEP's normal mode); "
         "off: once per expert rank (low-latency mode).",
+    )
+    # The engine's KV-tier policy (simulator/serving/tiers.py, pricing/tier_pricing.py): read only where the pool
+    # has a tier, and left out of its JSON otherwise.
+    kv_tier_write: Literal["write_through", "write_back"] = Field(
+        "write_through",
+        description="When a KV page is copied to the tier below HBM: once computed (write_through), or when evicted.",
+    )
+    kv_tier_layerwise: bool = Field(
+        True, description="A prefix found below HBM loads back layer by layer, overlapped with the prefill's compute."
     )
 
     @model_validator(mode="after")
@@ -308,6 +342,31 @@ class Sessions(Strict):
     )
 
 
+class Agentic(Strict):
+    """Agent tasks: an orchestrating agent calls the model `steps` times, each call's context the last one's plus its
+    answer and a tool's result, a tool call's pause between calls; after its first call it may fan out to parallel
+    sub-agents that share its context as their prefix, wait for them all, and read their reports. Every call of a
+    task carries its session id (session-affinity routing keeps a task on one instance)."""
+
+    steps: PositiveInt = Field(8, description="Model calls of the orchestrating agent per task.")
+    tool_time_s: NonNegativeFloat = Field(
+        2.0, description="Mean seconds of a tool call between an answer and the next call (exponential)."
+    )
+    tool_output_tokens: Length = Field(
+        default_factory=lambda: Length(value=512),
+        description="Tokens a tool's result adds to the context before the next call (a distribution, or an integer).",
+    )
+    subagents: NonNegativeInt = Field(
+        0, description="Parallel sub-agents the orchestrator fans out to after its first call (0: none)."
+    )
+    subagent_steps: PositiveInt = Field(4, description="Model calls of each sub-agent.")
+
+    @property
+    def calls(self) -> int:
+        """Model calls of one task."""
+        return self.steps + self.subagents * self.subagent_steps
+
+
 class Traffic(Strict):
     concurrency: PositiveInt | None = Field(
         None, description="Closed loop: clients, each sending its next request when its previous one ends."
@@ -339,6 +398,9 @@ class Traffic(Strict):
     )
     shared_prefix_tokens: NonNegativeInt = Field(0, description="Tokens of a system prompt every request starts with.")
     sessions: Sessions = Field(default_factory=Sessions, description="Multi-turn conversations.")
+    agentic: Agentic | None = Field(
+        None, description="Agent tasks instead of single requests or conversations (`rate`: tasks per second)."
+    )
     duration_s: PositiveFloat | None = Field(
         None, description="Seconds of arrivals; the run ends when the last request is served."
     )
@@ -358,7 +420,27 @@ class Traffic(Strict):
             self.requests = 4 * self.concurrency
         if self.rate is not None and self.duration_s is None and self.requests is None:
             raise ValueError("open-loop traffic needs duration_s or requests")
+        if self.agentic is not None and self.sessions.turns > 1:
+            raise ValueError("agentic: agent tasks are their own sessions; leave sessions.turns at 1")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_agentic(self, handler: Any) -> Any:
+        """Traffic without agent tasks dumps as it did before they existed: Results keep their bytes."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("agentic", 0) is None:
+            del data["agentic"]
+        return data
+
+    @property
+    def per_session(self) -> int:
+        """Requests one arrival of synthetic traffic brings: a conversation's turns, or an agent task's calls."""
+        return self.agentic.calls if self.agentic is not None else self.sessions.turns
+
+    @property
+    def session_gap_s(self) -> float:
+        """Mean seconds between one session's requests: a conversation's think time, or an agent's tool calls."""
+        return self.agentic.tool_time_s if self.agentic is not None else self.sessions.think_time_s
 
 
 class SLO(Strict):
@@ -463,19 +545,46 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _pools_fit_the_model(self) -> Scenario:
         for name, pool in self.deployment.pools().items():
-            check_pool_fits_model(self.model, self.hardware, name, pool)
+            check_pool_fits_model(self.model, self.hardware_of(pool), name, pool)
         return self
+
+    def hardware_of(self, pool: Pool) -> HardwareSpec:
+        """The GPU a pool runs on: its own `hardware`, else the scenario's."""
+        return pool.hardware or self.hardware
+
+    @property
+    def mixed_hardware(self) -> bool:
+        """Whether some pool names a GPU of its own (then costs are reported per pool)."""
+        return any(p.hardware is not None for p in self.deployment.pools().values())
 
     @model_serializer(mode="wrap")
     def _hardware_figures_in_use(self, handler: Any) -> Any:
-        """The resolved hardware lists its FP4 rate and scale-out links only where a pool uses them."""
+        """The resolved hardware lists its FP4 rate, scale-out links and host link only where a pool uses them, and
+        the engine its KV-tier terms only where a pool has a tier."""
         data = handler(self)
-        hw, pools = data.get("hardware"), self.deployment.pools().values()
-        if isinstance(hw, dict):
-            unused = set()
-            if not any(p.weights in FP4_FORMATS for p in pools):
-                unused |= HardwareSpec.FP4_FIELDS
-            if not any(parallel.uses_scale_out(p) for p in pools):
-                unused |= HardwareSpec.SCALE_OUT_FIELDS
-            data["hardware"] = {k: v for k, v in hw.items() if k not in unused}
+        pools = self.deployment.pools()
+        dumped = data.get("deployment") or {}
+        for name, pool in pools.items():
+            hw = (dumped.get(name) or {}).get("hardware")
+            if hw is None and self.mixed_hardware and isinstance(data.get("hardware"), dict):
+                hw = data["hardware"]  # pools of different GPUs: every pool names its own
+            if isinstance(hw, dict):
+                dumped[name]["hardware"] = _figures_in_use(hw, [pool])
+        if isinstance(data.get("hardware"), dict):
+            data["hardware"] = _figures_in_use(data["hardware"], [p for p in pools.values() if p.hardware is None])
+        engine = data.get("engine")
+        if isinstance(engine, dict) and not any(tiers.has_tiers(p) for p in pools.values()):
+            data["engine"] = {k: v for k, v in engine.items() if k not in EngineSpec.TIER_TERMS}
         return data
+
+
+def _figures_in_use(hw: dict[str, Any], pools: list[Pool]) -> dict[str, Any]:
+    """A hardware dump without the figures none of `pools` uses (FP4, scale-out, the host link)."""
+    unused = set()
+    if not any(p.weights in FP4_FORMATS for p in pools):
+        unused |= HardwareSpec.FP4_FIELDS
+    if not any(parallel.uses_scale_out(p) for p in pools):
+        unused |= HardwareSpec.SCALE_OUT_FIELDS
+    if not any(tiers.has_tiers(p) for p in pools):
+        unused |= HardwareSpec.HOST_LINK_FIELDS
+    return {k: v for k, v in hw.items() if k not in unused}

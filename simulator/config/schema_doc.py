@@ -24,7 +24,7 @@ from simulator.config.loader import PRESET_DEFAULTS
 from simulator.config.scenario import Length, Scenario
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "schema.md"
-PRESET_NAMED = {("Scenario", "model"), ("Scenario", "hardware"), ("Speculative", "draft_model")}  # a name, or data
+PRESET_NAMED = {("Scenario", "model"), ("Scenario", "hardware"), ("Pool", "hardware"), ("Speculative", "draft_model")}
 
 HEADER = """\
 # Scenario schema

@@ -166,10 +166,20 @@ class HardwareSpec(Strict):
     )
     gpus_per_node: PositiveInt = Field(8, description="GPUs one NVLink domain (node) holds.")
     scaleout_gbs: PositiveFloat = Field(50.0, description="Scale-out (RDMA) bandwidth per GPU, one direction, GB/s.")
+    # KV tiers below HBM (simulator/serving/tiers.py): the GPU's link to host memory, which evicted KV pages cross
+    # down and back. On PCIe hosts the GPU's RDMA NIC hangs off the same PCIe switch, so an inbound KV hand-off and a
+    # load-back share the GPU's x16 link; NVLink-C2C (Grace) parts reach host memory apart from the NIC.
+    host_link_gbs: PositiveFloat = Field(
+        50.0, description="GB/s between one GPU and host memory, one direction (PCIe Gen5 x16, or NVLink-C2C)."
+    )
+    host_link_shares_nic: bool = Field(
+        True, description="The host link is the PCIe link the GPU's RDMA NIC uses too (false: NVLink-C2C)."
+    )
 
     # The fields above that a Result's resolved scenario carries only when a pool uses them.
     FP4_FIELDS: ClassVar[frozenset[str]] = frozenset({"fp4_tflops"})
     SCALE_OUT_FIELDS: ClassVar[frozenset[str]] = frozenset({"gpus_per_node", "scaleout_gbs"})
+    HOST_LINK_FIELDS: ClassVar[frozenset[str]] = frozenset({"host_link_gbs", "host_link_shares_nic"})
     roofline: RooflineFit | None = Field(
         None, description="Roofline factors fitted to measured tables; null: the roofline's documented defaults."
     )
@@ -248,6 +258,13 @@ class EngineSpec(Strict):
     prefill_a2a_node_dedup: bool = Field(
         False, description="A prefill pool's MoE dispatch sends a token once per node (DeepEP normal mode)."
     )
+    kv_tier_write: Literal["write_through", "write_back"] = Field(
+        "write_through",
+        description="When a KV page is copied to the tier below HBM: once computed (write_through), or when evicted.",
+    )
+    kv_tier_layerwise: bool = Field(
+        True, description="A prefix found below HBM loads back layer by layer, overlapped with the prefill's compute."
+    )
     calibration: Calibration | None = Field(
         None, description="Set by `phaseplan calibrate`: what the terms were fitted to; null: a preset as published."
     )
@@ -264,7 +281,11 @@ class EngineSpec(Strict):
         "overlap_with_speculation",
         "mixed_chunked_prefill",
         "tbo_hidden_share",
+        "kv_tier_write",
+        "kv_tier_layerwise",
     )
+    # Terms a Result's engine lists only where a pool has a KV tier below HBM (`Scenario`'s serializer).
+    TIER_TERMS: ClassVar[frozenset[str]] = frozenset({"kv_tier_write", "kv_tier_layerwise"})
 
     @model_serializer(mode="wrap")
     def _without_absent_calibration(self, handler: Any) -> dict[str, Any]:

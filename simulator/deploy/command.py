@@ -69,8 +69,8 @@ class Memory:
 
 
 def memory(sc: Scenario, pool: Pool) -> Memory:
-    cap = pool_capacity(sc.model, sc.hardware, pool)
-    static = pool.mem_fraction - pool.reserve_gib / sc.hardware.hbm_gib
+    cap = pool_capacity(sc.model, sc.hardware_of(pool), pool)
+    static = pool.mem_fraction - pool.reserve_gib / sc.hardware_of(pool).hbm_gib
     return Memory(static, int(cap.kv_budget_gib_per_gpu * GIB))
 
 
@@ -115,7 +115,7 @@ class Slot:
 def slots(sc: Scenario, role: str, pool: Pool) -> Iterator[Slot]:
     """Every process of a pool: an instance smaller than a node shares it with the next ones (its own GPUs and
     port); one larger spans `nodes` hosts, one process each."""
-    per_node_hw = sc.hardware.gpus_per_node
+    per_node_hw = sc.hardware_of(pool).gpus_per_node
     tag = role.upper()
     if pool.nodes == 1 and pool.tp < per_node_hw:
         share = per_node_hw // pool.tp

@@ -35,11 +35,15 @@ def pool_line(role: str, pool: Pool) -> str:
 
 
 def one_line(sc: Scenario) -> str:
-    """The whole deployment: each pool, then the GPU count and kind."""
+    """The whole deployment: each pool, then the GPU count of each kind (`= 16 H100 + 16 H200` where pools run on
+    different GPUs)."""
     pools = sc.deployment.pools()
-    gpus = sum(p.gpus for p in pools.values())
+    kinds: dict[str, int] = {}
+    for pool in pools.values():
+        name = sc.hardware_of(pool).name.upper()
+        kinds[name] = kinds.get(name, 0) + pool.gpus
     if sc.deployment.mode == "colocated":
         text = pool_line("colocated", pools["decode"])
     else:
         text = " + ".join(pool_line(name, pool) for name, pool in pools.items())
-    return f"{text} = {gpus} {sc.hardware.name.upper()}"
+    return f"{text} = " + " + ".join(f"{n} {kind}" for kind, n in kinds.items())

@@ -95,7 +95,7 @@ def server(sc: Scenario, r: flags.Release, pool: Pool, s: Slot, role: str, disag
         argv += ["--speculative-config", json.dumps(cfg)]
     if disagg:  # NIXL moves the KV cache between prefill and decode instances
         argv += ["--kv-transfer-config", json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})]
-    if s.per_node < sc.hardware.gpus_per_node:  # an instance sharing its node: name its GPUs
+    if s.per_node < sc.hardware_of(pool).gpus_per_node:  # an instance sharing its node: name its GPUs
         env.append(("CUDA_VISIBLE_DEVICES", ",".join(str(s.first_gpu + g) for g in range(s.per_node))))
     return Command(s.what, tuple(argv), tuple(env), s.host)
 
@@ -112,7 +112,7 @@ def launch(sc: Scenario, release: flags.Release | None = None) -> Launch:
         if why is not None:
             notes.append(f"{role} pool: {why}")
             continue
-        if pool.dp > 1 and pool.nodes == 1 and pool.tp < sc.hardware.gpus_per_node:
+        if pool.dp > 1 and pool.nodes == 1 and pool.tp < sc.hardware_of(pool).gpus_per_node:
             notes.append(f"{role} pool: DP ranks of instances that share a node need distinct --data-parallel-rpc-port")
         commands += [server(sc, r, pool, s, role, disagg) for s in slots(sc, role, pool)]
     if disagg:

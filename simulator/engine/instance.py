@@ -317,4 +317,16 @@ class Instance:
             hit_tokens=sum(r.cache.hit_tokens for r in self.ranks),
             counters=self.counters,
             ranks=ranks,
+            tiers=self._tier_counters(),
         )
+
+    def _tier_counters(self) -> dict[str, int] | None:
+        """Hits and page moves by tier, summed over the ranks (None: HBM only)."""
+        caches = [r.cache for r in self.ranks if r.cache.tiered]
+        if not caches:
+            return None
+        out: dict[str, int] = {}
+        for c in caches:
+            for k, v in c.counters().items():  # type: ignore[attr-defined]
+                out[k] = out.get(k, 0) + v
+        return out

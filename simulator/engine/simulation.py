@@ -76,11 +76,12 @@ class Simulation:
         rng_seed = 0
         colocated = sc.deployment.mode == "colocated"
         for name, pool in sc.deployment.pools().items():
-            cap = pool_capacity(sc.model, sc.hardware, pool)
+            hw = sc.hardware_of(pool)
+            cap = pool_capacity(sc.model, hw, pool)
             self.capacity[name] = cap
             if not cap.fits:
                 raise InputError(f"deployment.{name}: {cap.reason}")
-            cost = CostModel(sc.model, sc.hardware, pool, self.profile, sc.integrity.enabled)
+            cost = CostModel(sc.model, hw, pool, self.profile.for_pool(sc, pool), sc.integrity.enabled)
             insts = []
             for i in range(pool.instances):
                 rng_seed += 1
@@ -96,6 +97,7 @@ class Simulation:
         self._max_total = room["decode"]
         self.done = 0
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
+        self._convert_s_per_token = self._conversion_s_per_token()
         tr = sc.deployment.transfer
         self._link_latency_s, self._link_bytes_per_s = tr.latency_ms / 1e3, tr.bandwidth_gbs * 1e9
         self.timer.attach(self)
@@ -107,6 +109,19 @@ class Simulation:
         if pool is None or "prefill" not in self.pools:
             return 0.0
         return float(kv_bytes_per_token(self.sc.model, pool.model_copy(update={"tp": 1, "dp": 1})))
+
+    def _conversion_s_per_token(self) -> float:
+        """Seconds per token a decode GPU spends converting a handed-off prompt's KV where the pools cache in
+        different formats or layouts (each rank reads the prefill pool's bytes and writes its own at its copy
+        rate); 0 where they agree."""
+        prefill, decode = self.sc.deployment.prefill, self.sc.deployment.decode
+        if prefill is None or "prefill" not in self.pools:
+            return 0.0
+        if (prefill.kv_cache, prefill.kv_layout) == (decode.kv_cache, decode.kv_layout):
+            return 0.0
+        src = kv_bytes_per_token(self.sc.model, prefill.model_copy(update={"tp": decode.tp, "dp": decode.dp}))
+        dst = kv_bytes_per_token(self.sc.model, decode)
+        return (src + dst) / (self.sc.hardware_of(decode).copy_gbs * 1e9)
 
     def record(self) -> RunRecord:
         """The finished run as plain data: `results/` builds the Result from it alone."""
@@ -170,8 +185,8 @@ class Simulation:
         if self.on_progress is not None:
             self.on_progress(self.done)
         nxt = self.source.on_complete(req, t)
-        if nxt is not None:
-            self.env.process(self._feed([nxt]))
+        if nxt:
+            self.env.process(self._feed(nxt))
 
     # -- instance callbacks ----------------------------------------------------------------------------
     def after_schedule(self, inst: Instance) -> None:
@@ -185,7 +200,9 @@ class Simulation:
 
     def on_events(self, inst: Instance, ev: StepEvents, ends: list[float]) -> None:
         for seq, step in ev.first_tokens:
-            self.records[seq.req.id].first_token = ends[step]
+            rec = self.records[seq.req.id]
+            rec.first_token = ends[step]
+            rec.load_s += seq.load_s
         for seq, step in ev.finished:
             rec = self.records[seq.req.id]
             rec.finish = ends[step]
@@ -207,6 +224,7 @@ class Simulation:
 
     def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
         req = pseq.req
+        self.records[req.id].load_s += pseq.load_s
         if req.output_tokens <= 1:  # the prefill's own token was the whole answer
             rec = self.records[req.id]
             rec.first_token = rec.finish = t
@@ -234,11 +252,27 @@ class Simulation:
             i = dst.link_for(dseq)  # a DP rank's own link
             start = max(t, links[i])
             links[i] = start + self._link_latency_s + tokens * self.kv_bytes_transfer / self._link_bytes_per_s
+            if self._convert_s_per_token:  # pools of different cache formats: the decode GPU converts on arrival
+                links[i] += tokens * self._convert_s_per_token
+            if dseq.loads is not None:  # the prompt's pages found below HBM here load back instead of crossing
+                links[i] = self._load_back(dst, dseq, start, links[i])
             end = links[i]
             done = self.env.timeout(max(0.0, end - self.env.now))
             done.callbacks.append(lambda _, a=(dst, dseq, pseq, src, end): self._transfer_done(*a))
         if dst.run_needs_more_than_free():
             dst.notify(t)  # the run in flight can no longer book all its pages: end it at the step in flight
+
+    def _load_back(self, dst: Instance, dseq: Seq, start: float, end: float) -> float:
+        """When a hand-off that also loads pages back from the decode instance's own tiers is done. On a PCIe host the
+        load crosses the GPU's link the inbound KV uses too, after it; over NVLink-C2C it runs beside it."""
+        tiers, loads = dst.cost.tiers, dseq.loads
+        assert tiers is not None and loads is not None
+        load = tiers.load_s(loads.host, loads.storage)
+        dseq.loads = None
+        self.records[dseq.req.id].load_s += load
+        if self.sc.hardware_of(dst.pool).host_link_shares_nic:
+            return end + load
+        return max(end, start + load)
 
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         src.release_at(pseq, end)

@@ -16,6 +16,7 @@ import numpy as np
 from simulator.config.scenario import Pool
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps, RankStep
+from simulator.pricing.tier_pricing import TierPricing
 from simulator.pricing.usage import Usage
 from simulator.serving.rank import Rank
 from simulator.serving.scheduler import Plan
@@ -119,6 +120,8 @@ class CostTimer:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
             t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            if cost.tiers is not None:
+                t = with_loads(cost.tiers, t, [plan])
             return [clock + host.step(t)], None
         growth = inst.ranks[0].sched.growth(plan, n)
         if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
@@ -126,6 +129,23 @@ class CostTimer:
             return host.ends(clock, priced.us), priced
         priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
         return host.ends(clock, priced.us, ends), priced
+
+
+def with_loads(tiers: TierPricing, compute_s: float, plans: list[Plan]) -> float:
+    """A prefill step with the load-backs of the chunks that start a sequence found below HBM: each rank loads over
+    its own GPUs' links in lock-step, so the rank that loads most sets the step; each sequence is told its own
+    load-back time (its part of the time to its first token)."""
+    host = storage = 0
+    for plan in plans:
+        h = s = 0
+        for seq, _ in plan.prefill:
+            if seq.loads is not None:
+                h += seq.loads.host
+                s += seq.loads.storage
+                seq.load_s = tiers.load_s(seq.loads.host, seq.loads.storage)
+        if h + s > host + storage:
+            host, storage = h, s
+    return tiers.step_s(compute_s, host, storage) if host + storage else compute_s
 
 
 def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int, host: HostTime) -> Timed:
@@ -148,6 +168,8 @@ def dp_run(pricer: DPSteps, inst: Stepping, plans: list[Plan], n: int, host: Hos
                     )
                 )
         t = pricer.step_s(steps)
+        if inst.cost.tiers is not None:
+            t = with_loads(inst.cost.tiers, t, plans)
         return [inst.clock + host.step(t)], None
     runs = []
     for r, p in ranks:

@@ -51,8 +51,8 @@ def offered(sc: Scenario, base_dir: Path | None) -> Offered | None:
     if not reqs:
         return None
     window = t.duration_s if t.duration_s is not None else max(reqs[-1].arrival, 1e-9)
-    think = t.sessions.think_time_s
-    issued = sum(1 for r in reqs for i in range(t.sessions.turns) if r.arrival + i * think < window)
+    think = t.session_gap_s
+    issued = sum(1 for r in reqs for i in range(t.per_session) if r.arrival + i * think < window)
     if t.requests is not None:
         issued = min(issued, t.requests)
     prompt = sum(r.prompt_tokens for r in reqs) / len(reqs)
@@ -102,7 +102,7 @@ class Bounds:
     def pool_reason(self, sc: Scenario, base_dir: Path | None, name: str, pool: Pool, colocated: bool) -> str | None:
         """Why pool `name` (`pool`, in `sc`'s model, hardware and traffic) rules out every candidate that has it:
         it does not fit, or cannot carry its share of the offered load; None when the bounds cannot tell."""
-        cap = pool_capacity(sc.model, sc.hardware, pool)
+        cap = pool_capacity(sc.model, sc.hardware_of(pool), pool)
         if not cap.fits:
             return f"{DOES_NOT_FIT}: deployment.{name}: {cap.reason.removeprefix('does not fit: ')}"
         load = self._load(sc, base_dir)
@@ -184,7 +184,7 @@ class Bounds:
         batch its KV holds."""
         ctx = load.prompt_tokens + load.output_tokens / 2
         key = f"{self._key(sc, pool)}|{ctx}"
-        kv_tokens = pool_capacity(sc.model, sc.hardware, pool).kv_tokens
+        kv_tokens = pool_capacity(sc.model, sc.hardware_of(pool), pool).kv_tokens
         b_max = max(1, min(pool.max_running, int(kv_tokens // ctx)))
 
         def step(b: int) -> float:
@@ -231,14 +231,15 @@ class Bounds:
         """What a step's price depends on: the model, hardware, profile and the pool's layout (not its count)."""
         layout = pool.model_copy(update={"instances": 1}).model_dump_json()
         return (
-            f"{sc.model.model_dump_json()}|{sc.hardware.model_dump_json()}|{sc.profile}|{sc.integrity.enabled}|{layout}"
+            f"{sc.model.model_dump_json()}|{sc.hardware_of(pool).model_dump_json()}|{sc.profile}|{sc.integrity.enabled}|"
+            f"{layout}"
         )
 
     def _cost(self, sc: Scenario, pool: Pool, base_dir: Path | None) -> CostModel:
         key = self._key(sc, pool)
         if key not in self._costs:
-            profile = Profile.for_scenario(sc, base_dir)
-            self._costs[key] = CostModel(sc.model, sc.hardware, pool, profile, sc.integrity.enabled)
+            profile = Profile.for_scenario(sc, base_dir).for_pool(sc, pool)
+            self._costs[key] = CostModel(sc.model, sc.hardware_of(pool), pool, profile, sc.integrity.enabled)
         return self._costs[key]
 
     def _prefill_tps(self, sc: Scenario, pool: Pool, load: Offered, base_dir: Path | None) -> float:

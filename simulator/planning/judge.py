@@ -98,8 +98,8 @@ class Judge:
         try:
             pool = Pool.model_validate(pool_data)
             ranges.check(pool, ("deployment", role))
-            check_pool_fits_model(sc.model, sc.hardware, role, pool)
-            check_pool_fits_node(sc.hardware, role, pool)
+            check_pool_fits_model(sc.model, sc.hardware_of(pool), role, pool)
+            check_pool_fits_node(sc.hardware_of(pool), role, pool)
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(x) for x in err["loc"])

@@ -27,7 +27,7 @@ from simulator.planning.openloop import current_rate, rate_overrides, requests_p
 from simulator.planning.slo import NO_REQUEST, SLO
 from simulator.planning.trial import Trial, run_trial
 from simulator.pricing.profile import Profile
-from simulator.results.cost import per_mtok
+from simulator.results.cost import gpu_hour_usd, per_mtok
 
 REL_TOL = 0.02  # bisection stops when the failing rate is within 2% of the passing one
 CONFIRM = (1.05, 1.1, 1.15, 1.2)  # rates above the answer that must fail
@@ -152,7 +152,7 @@ def max_rate(
             break  # after the last round a passing probe stays in the answer, for a person to see
         lo, hi = search.bracket(max(passing))
     best = search.seen[lo]
-    price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
+    price = gpu_hour_usd(sc)
     at = loader.validate(mapping(raw, sc, lo, slo, base_dir, best["overrides"]), source)
     return {
         "max_rate_rps": lo,

@@ -51,14 +51,17 @@ def rate_overrides(sc: Scenario, rate: float, base_dir: Path | None = None) -> d
 def unit(sc: Scenario) -> str:
     if sc.traffic.trace is not None:
         return "requests/s (the trace sped up or slowed down)"
-    turns = sc.traffic.sessions.turns
+    t = sc.traffic
+    if t.agentic is not None:
+        return f"agent tasks/s ({t.per_session} model calls each)"
+    turns = t.sessions.turns
     return "requests/s" if turns == 1 else f"conversations/s ({turns} turns each)"
 
 
 def requests_per_s(rate: float, metrics: dict[str, Any], sc: Scenario) -> float:
     """Requests per second at `rate`: the rate itself for single requests; for sessions, the requests issued per
     second of the arrival window (of the run's span when only a count bounds it)."""
-    if sc.traffic.sessions.turns == 1 or sc.traffic.trace is not None:
+    if sc.traffic.per_session == 1 or sc.traffic.trace is not None:
         return rate
     window = sc.traffic.duration_s or metrics["duration_s"]
     return round(metrics["requests"] / window, 4) if window else 0.0

@@ -24,7 +24,7 @@ from simulator.planning.slo import SLO
 from simulator.planning.spread import has_spread
 from simulator.planning.trial import Trial, run_trial
 from simulator.pricing.profile import Profile
-from simulator.results.cost import per_mtok
+from simulator.results.cost import gpu_hour_usd, per_mtok
 
 Z95 = 1.959963984540054
 METRICS = {  # reported name → (path into a trial's metrics, unit)
@@ -99,7 +99,7 @@ def repeat(
     if outs[0]["metrics"] is None:  # the deployment does not fit: no repeat can run
         raise InputError(outs[0]["reason"])
     runs = [o["metrics"] for o in outs]
-    price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
+    price = gpu_hour_usd(sc)
     metrics: dict[str, Any] = {}
     for name, (path, unit) in METRICS.items():
         vals = [v for v in (_value(m, path, unit) for m in runs) if v is not None]

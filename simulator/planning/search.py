@@ -41,7 +41,7 @@ from simulator.planning.slo import MISSES_TPOT, SLO, reason_kind
 from simulator.planning.space import MAX_CANDIDATES, Space, label
 from simulator.planning.trial import Trial, run_trial
 from simulator.pricing.profile import Profile
-from simulator.results.cost import per_mtok
+from simulator.results.cost import gpu_hour_usd, per_mtok
 
 OBJECTIVES = ("gpus", "cost")
 PREFILL_COUNT = "deployment.prefill.instances"
@@ -69,7 +69,7 @@ class Candidate:
 
 def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
     assert c.outcome is not None and c.scenario is not None
-    price = c.scenario.cost.gpu_hour_usd or c.scenario.hardware.gpu_hour_usd
+    price = gpu_hour_usd(c.scenario)
     return {
         "overrides": c.overrides,
         "label": label(c.overrides),
@@ -81,6 +81,10 @@ def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
         "trial_precision": c.outcome["precision"],
         "metrics": c.outcome["metrics"],
     }
+
+
+def _first(winners: list[Candidate]) -> Candidate | None:
+    return winners[0] if winners else None
 
 
 def _rejected(c: Candidate) -> dict[str, Any]:
@@ -175,7 +179,7 @@ def _judge(cands: list[Candidate], judge: Judge, raw: dict[str, Any], base: dict
             c.pruned, c.reason = True, f"invalid: {e}"
             continue
         c.gpus = sum(p.gpus for p in c.scenario.deployment.pools().values())
-        c.usd_per_hour = c.gpus * (c.scenario.cost.gpu_hour_usd or c.scenario.hardware.gpu_hour_usd)
+        c.usd_per_hour = c.gpus * gpu_hour_usd(c.scenario)
 
 
 def _candidates(space: Space) -> list[Candidate]:
@@ -422,7 +426,8 @@ def plan(
             "space": first.to_json(),
             "fixed": base,  # the overrides every candidate shares: the rate and the SLO (`mapping`)
         },
-        "winner": _entry(winners[0], slo) if winners else None,
+        # the winner, and its scenario as `plan --out` writes it (the study with its overrides: each pool's GPU named)
+        "winner": {**_entry(w, slo), "scenario": mapping(raw, base, w.overrides)} if (w := _first(winners)) else None,
         "runners_up": [_entry(c, slo) for c in winners[1 : 1 + runners_up]],
         "rejected": listed[:LISTED],  # nearest the winner first; a pool the bounds rule out is one entry
         "rejected_entries": len(listed),

@@ -21,6 +21,7 @@ both.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -186,8 +187,32 @@ def _short_text(text: str) -> str:
 # ---- the default space ----
 
 
-def default(sc: Scenario, raw: dict[str, Any]) -> Space:
-    """What operators choose, per pool and mode (see the module doc)."""
+HARDWARE_PATHS = ("hardware", "deployment.prefill.hardware", "deployment.decode.hardware")
+
+
+def build(items: tuple[str, ...] | list[str], sc: Scenario, raw: dict[str, Any]) -> Space:
+    """The space `plan` searches: the default, or the `--search` dimensions given. GPUs are what a plan compares
+    fleets across, not a layout choice: a search of hardware paths only (`deployment.decode.hardware=h200,b200`)
+    multiplies the default space by them, so each GPU gets its own instance counts and layouts."""
+    if not items:
+        return default(sc, raw)
+    given = parse(items)
+    gpus = given.branches[0].dims
+    if not all(path in HARDWARE_PATHS for path in gpus):
+        return given
+    branches = []
+    for b in default(sc, raw, gpus).branches:
+        colocated = b.fixed.get("deployment.mode") == "colocated"
+        extra = {k: v for k, v in gpus.items() if not (colocated and k.startswith("deployment.prefill."))}
+        branches.append(replace(b, dims={**extra, **b.dims}))
+    space = Space(tuple(branches))
+    space.candidates()  # refused by count before any is built
+    return space
+
+
+def default(sc: Scenario, raw: dict[str, Any], gpus: dict[str, Sequence[Any]] | None = None) -> Space:
+    """What operators choose, per pool and mode (see the module doc); `gpus`: hardware paths a search compares,
+    whose GPUs the layouts and weight formats are chosen for too."""
     pools = sc.deployment.pools()
     decode = sc.deployment.decode
     prefill = sc.deployment.prefill or decode
@@ -197,57 +222,77 @@ def default(sc: Scenario, raw: dict[str, Any]) -> Space:
         seed.pop("speculative", None)
         disagg_fixed["deployment.prefill"] = seed
     own = {name: p.instances for name, p in pools.items()}
-    weights = list(dict.fromkeys(_weight_formats(sc, prefill) + _weight_formats(sc, decode)))
+    on = {name: _on_gpus(name, pool, gpus or {}) for name, pool in (("prefill", prefill), ("decode", decode))}
+    weights = list(dict.fromkeys(_weight_formats(sc, on["prefill"]) + _weight_formats(sc, on["decode"])))
     # Both pools of a disaggregated deployment serve one checkpoint: one weight format for the two.
     both = [{"deployment.prefill.weights": w, "deployment.decode.weights": w} for w in weights]
     disagg = Branch(
         disagg_fixed,
         {
             "deployment.weights": both,
-            **_pool_dims(sc, "prefill", prefill, own.get("prefill", prefill.instances), weights),
-            **_pool_dims(sc, "decode", decode, decode.instances, weights),
+            **_pool_dims(sc, "prefill", on["prefill"], own.get("prefill", prefill.instances), weights),
+            **_pool_dims(sc, "decode", on["decode"], decode.instances, weights),
         },
     )
     colocated = Branch(
         {"deployment.mode": "colocated", "deployment.prefill": None},
         {
-            "deployment.decode.weights": _weight_formats(sc, decode),
-            **_pool_dims(sc, "decode", decode, decode.instances, _weight_formats(sc, decode)),
+            "deployment.decode.weights": _weight_formats(sc, on["decode"]),
+            **_pool_dims(sc, "decode", on["decode"], decode.instances, _weight_formats(sc, on["decode"])),
         },
     )
     return Space((disagg, colocated))
 
 
-def _pool_dims(sc: Scenario, name: str, pool: Pool, instances: int, weights: list[str]) -> dict[str, Sequence[Any]]:
+def _on_gpus(name: str, pool: Pool, gpus: dict[str, Sequence[Any]]) -> list[Pool]:
+    """The pool on each GPU a search compares for it (its own path, else the scenario's `hardware`), or as it is.
+    A value that names no preset is left to the candidate's validation to refuse."""
+    values = gpus.get(f"deployment.{name}.hardware") or ([] if pool.hardware is not None else gpus.get("hardware"))
+    out = []
+    for v in values or []:
+        try:
+            out.append(pool.model_copy(update={"hardware": Pool.model_validate({"hardware": v}).hardware}))
+        except ValueError:
+            continue
+    return out or [pool]
+
+
+def _pool_dims(
+    sc: Scenario, name: str, pools: list[Pool], instances: int, weights: list[str]
+) -> dict[str, Sequence[Any]]:
+    """A pool's dimensions: its instance counts, the layouts that fit on any of its GPUs, the KV formats."""
     where = f"deployment.{name}."
+    options = (o for pool in pools for o in parallel_layouts(sc, pool, weights, name == "decode"))
+    layouts = {json.dumps(o, sort_keys=True): o for o in options}
     return {
         where + "instances": range(1, max(4, 2 * instances) + 1),
-        where + PARALLEL: [
-            {where + k: v for k, v in o.items()} for o in parallel_layouts(sc, pool, weights, name == "decode")
-        ],
+        where + PARALLEL: [{where + k: v for k, v in o.items()} for o in layouts.values()],
         where + "kv_cache": list(KV_FORMATS),
     }
 
 
-def _weight_formats(sc: Scenario, pool: Pool) -> list[str]:
+def _weight_formats(sc: Scenario, pools: list[Pool]) -> list[str]:
     """BF16, the formats the model preset describes (its checkpoints), and the pool's own; FP4 only with FP4
-    tensor cores. A preset that describes none gets FP8 (what engines quantize to online)."""
+    tensor cores (on one of the pool's GPUs). A preset that describes none gets FP8 (what engines quantize to
+    online)."""
     listed = list(sc.model.formats) or ["fp8"]
-    out = list(dict.fromkeys(["bf16", *listed, pool.weights]))
-    return [w for w in out if w not in FP4_FORMATS or sc.hardware.fp4_tflops is not None]
+    out = list(dict.fromkeys(["bf16", *listed, pools[0].weights]))
+    fp4 = any(sc.hardware_of(p).fp4_tflops is not None for p in pools)
+    return [w for w in out if w not in FP4_FORMATS or fp4]
 
 
 def parallel_layouts(sc: Scenario, pool: Pool, weights: list[str], dp_attention: bool = True) -> list[dict[str, Any]]:
     """TP from the smallest power of two whose instance holds the lightest weights up to TP_SPAN times it (and
     the pool's own); with an MoE model EP = TP and DP attention too, DP attention over nodes past one node."""
-    node = sc.hardware.gpus_per_node
+    hw = sc.hardware_of(pool)
+    node = hw.gpus_per_node
     heads = sc.model.attention.heads
     moe = sc.model.moe is not None
     fits = [
         2**k
         for w in weights
         for k in range(11)
-        if pool_capacity(sc.model, sc.hardware, pool.model_copy(update=_layout(2**k, w))).fits
+        if pool_capacity(sc.model, hw, pool.model_copy(update=_layout(2**k, w))).fits
     ]
     smallest = min(fits, default=pool.tp)
     out: list[dict[str, Any]] = []

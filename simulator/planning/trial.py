@@ -103,8 +103,8 @@ def most_requests(sim: Simulation) -> int | None:
     if src.total_expected is not None:
         return src.total_expected
     if t.rate is not None:  # conversations known up front; turn i comes at least i think times after the first
-        think, end = t.sessions.think_time_s, t.duration_s
-        n = sum(1 for r in src.initial() for i in range(t.sessions.turns) if end is None or r.arrival + i * think < end)
+        think, end = t.session_gap_s, t.duration_s  # (an agent's sub-agents come at once: a bound all the same)
+        n = sum(1 for r in src.initial() for i in range(t.per_session) if end is None or r.arrival + i * think < end)
         return min(n, t.requests) if t.requests is not None else n
     return t.requests
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from simulator.config.scenario import Pool
 from simulator.config.specs import HardwareSpec, ModelSpec, RooflineFit
+from simulator.config.tiers import has_tiers
 from simulator.pricing import overlap, reference
 from simulator.pricing.decode_pricing import DecodePricing, DecodeSteps, Varying, line_run
 from simulator.pricing.lines import Line, Part, PricedAt, price_ops
@@ -48,6 +49,7 @@ from simulator.pricing.ops import (
 from simulator.pricing.profile import Profile
 from simulator.pricing.reference import Priced
 from simulator.pricing.speculative import draft_ops, verify_ops
+from simulator.pricing.tier_pricing import TierPricing
 from simulator.pricing.usage import SOURCES, Usage
 
 ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
@@ -67,6 +69,8 @@ class CostModel:
             source = hw.roofline.source if hw.roofline else "documented defaults"
             hw = hw.model_copy(update={"roofline": RooflineFit(source=source, factors=factors)})
         self.model, self.hw, self.pool, self.profile, self.integrity = model, hw, pool, profile, integrity
+        # Load-backs from the tiers below HBM, priced with the step that reads them (None: HBM only)
+        self.tiers = TierPricing(model, hw, pool) if has_tiers(pool) else None
         # A profile that measured whole fused-MoE calls prices each layer's routed experts as one op.
         self.fused_moe = any(family == "fused_moe" for family, _ in profile.tables)
         # Decode-only steps replay a CUDA graph: the roofline's generic launch floor is the graph's (the pool's

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import HardwareSpec
 from simulator.pricing import profile_file
 
@@ -208,6 +208,16 @@ class Profile:
             if not path.is_absolute() and base_dir is not None and (base_dir / path).is_file():
                 path = base_dir / path
             prof = cls.load(path)
+        prof.roofline_fit = hw.roofline.source if hw.roofline is not None else None
+        return prof
+
+    def for_pool(self, sc: Scenario, pool: Pool) -> Profile:
+        """What prices a pool's steps: this (the scenario's) profile, or the roofline of a pool's own GPU (a profile
+        file measures one device; `consistency` refuses one beside pools of another GPU)."""
+        hw = sc.hardware_of(pool)
+        if hw.name == sc.hardware.name:
+            return self
+        prof = Profile.roofline(hw)
         prof.roofline_fit = hw.roofline.source if hw.roofline is not None else None
         return prof
 

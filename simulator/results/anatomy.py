@@ -33,7 +33,7 @@ def step_anatomy(run: RunRecord) -> dict[str, Any]:
     mean_output = int(sum(r.output for r in recs) / len(recs)) if recs else 1
     for name, pr in run.pools.items():
         insts, pool = pr.instances, pr.pool
-        cost = CostModel(sc.model, sc.hardware, pool, run.profile, sc.integrity.enabled)
+        cost = CostModel(sc.model, sc.hardware_of(pool), pool, run.profile.for_pool(sc, pool), sc.integrity.enabled)
         entry: dict[str, Any] = {}
         if name == run.entry:  # the pool that prefills new requests (a disaggregated decode pool only recomputes)
             chunk = max(1, min(pool.chunk_size, pool.max_batch_tokens, mean_prompt))

@@ -7,7 +7,10 @@ Every figure carries its basis.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from simulator.config.scenario import Scenario
 
 OUTPUT = "output tokens"
 ALL = "input+output tokens"
@@ -34,3 +37,49 @@ def per_mtok(metrics: dict[str, Any], gpu_hour_usd: float) -> dict[str, Any]:
         "cost_per_m_output_tok_usd": per_out,
         "cost_per_m_total_tok_usd": per_all,
     }
+
+
+def _per_gpu(override: float | None, pools: Iterable[tuple[int, float]]) -> float:
+    """One price per GPU-hour for a fleet: the scenario's override, the one GPU's price, or the GPU-weighted mean of
+    pools of different GPUs (so `gpus × price` is what the fleet costs an hour)."""
+    if override is not None:
+        return override
+    pools = list(pools)
+    prices = {price for _, price in pools}
+    if len(prices) == 1:
+        return prices.pop()
+    return sum(g * price for g, price in pools) / sum(g for g, _ in pools)
+
+
+def gpu_hour_usd(sc: Scenario) -> float:
+    """The fleet's price per GPU-hour (`_per_gpu`) of a scenario."""
+    pools = sc.deployment.pools().values()
+    return _per_gpu(sc.cost.gpu_hour_usd, ((p.gpus, sc.hardware_of(p).gpu_hour_usd) for p in pools))
+
+
+def result_gpu_hour_usd(scenario: dict[str, Any]) -> float:
+    """The same for a Result's resolved scenario (its JSON form)."""
+    dep, hw = scenario["deployment"], scenario["hardware"]
+    pools = [dep["decode"]] + ([dep["prefill"]] if dep.get("mode") == "disaggregated" else [])
+    gpus = ((p["instances"] * p["tp"], (p.get("hardware") or hw)["gpu_hour_usd"]) for p in pools)
+    return _per_gpu(scenario["cost"]["gpu_hour_usd"], gpus)
+
+
+def by_pool(sc: Scenario, metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What each pool's GPUs cost over the run, and its share of the fleet's cost (Results of fleets whose pools run
+    on different GPUs carry it)."""
+    span = metrics["duration_s"]
+    out = {}
+    for name, pool in sc.deployment.pools().items():
+        price = sc.cost.gpu_hour_usd or sc.hardware_of(pool).gpu_hour_usd
+        out[name] = {
+            "hardware": sc.hardware_of(pool).name,
+            "gpus": pool.gpus,
+            "gpu_hour_usd": price,
+            "usd_per_hour": round(pool.gpus * price, 6),
+            "usd": round(pool.gpus * price * span / 3600.0, 6),
+        }
+    total = sum(p["usd_per_hour"] for p in out.values())
+    for p in out.values():
+        p["share"] = round(p["usd_per_hour"] / total, 4) if total else None
+    return out

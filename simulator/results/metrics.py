@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.results import cost
 from simulator.results.record import InstanceRun, PoolRun, RunRecord
 from simulator.results.service import service, windowed
 from simulator.results.steady import METHOD
@@ -75,7 +76,7 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
     e2e = np.array([(r.finish - r.arrival) * 1e3 for r in done])
     tpot = np.array([(r.finish - r.first_token) * 1e3 / (r.output - 1) for r in done if r.output > 1])
     gpus = sum(p.gpus for p in sc.deployment.pools().values())
-    price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
+    price = cost.gpu_hour_usd(sc)
     slo_ok = sum(
         1
         for r in done
@@ -122,6 +123,8 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
     ranked = {name: rank_imbalance(p, end) for name, p in run.pools.items() if p.pool.dp > 1}
     if ranked:
         out["dp_ranks"] = ranked
+    if sc.mixed_hardware:  # pools of different GPUs: what each pool's GPUs cost
+        out["cost_by_pool"] = cost.by_pool(sc, out)
     return out
 
 

@@ -33,6 +33,7 @@ class RequestRecord:
     reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
     prefill_instance: int = -1  # the instance index it was routed to in each pool (-1: none; colocated: decode)
     decode_instance: int = -1
+    load_s: float = 0.0  # seconds loading its prefix back from the KV tiers below HBM (part of its TTFT)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class InstanceRun:
     hit_tokens: int
     counters: Counters
     ranks: tuple[RankRun, ...] = ()  # DP attention: each rank's own (empty with one rank)
+    tiers: dict[str, int] | None = None  # KV tiers below HBM: hits and page moves by tier, all ranks (None: none)
 
 
 @dataclass(frozen=True)

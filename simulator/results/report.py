@@ -12,7 +12,7 @@ from simulator.config.scenario import Scenario
 from simulator.config.sweep import paired_deltas
 from simulator.console import styled
 from simulator.folding import Folding
-from simulator.results.cost import generating, per_mtok
+from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
 from simulator.results.sweep_table import sweep_table
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
@@ -141,6 +141,10 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
                 f"{d['kv_peak_rank_occupancy']:.1%})",
             )
         )
+    rows += _tier_rows(m) + [
+        (f"{name} pool: {p['gpus']:,} × {p['hardware'].upper()}", f"${p['usd_per_hour']:,.2f}/hour, {p['share']:.1%}")
+        for name, p in m.get("cost_by_pool", {}).items()  # pools of different GPUs: what each costs
+    ]
     if m.get("rejected_by_reason"):
         rows.insert(6, ("  rejected because", ", ".join(f"{k} {v:,}" for k, v in m["rejected_by_reason"].items())))
     for k, v in rows:
@@ -148,6 +152,25 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
     console.print(t)
     print_anatomy(console, result)
     text.print(provenance_line(result))
+
+
+def _tier_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """KV tiers below HBM: each pool's prefix hits by tier and what it loaded back, and the load-back time."""
+    t = m.get("kv_tiers")
+    if t is None:
+        return []
+    rows = [
+        (
+            f"  {pool} hits by tier",
+            ", ".join(f"{tier} {rate:.1%}" for tier, rate in p["hit_rate"].items())
+            + "; loaded back "
+            + ", ".join(f"{tier} {g:,.1f} GiB" for tier, g in p["gib_loaded"].items()),
+        )
+        for pool, p in t["pools"].items()
+    ]
+    lb = t["load_back_ms"]
+    when = "-" if lb["p50"] is None else f"p50 {_fmt(lb['p50'])} / p95 {_fmt(lb['p95'])} ms"
+    return [*rows, ("  load-back (in TTFT)", f"{t['requests_loading']:,} requests, {when}")]
 
 
 def _slo_row(slo: dict[str, Any]) -> str:
@@ -160,7 +183,7 @@ def _all_tokens_cost(result: dict[str, Any]) -> list[tuple[str, str]]:
     m, sc = result["metrics"], result["scenario"]
     if generating(m) or not m["completed"]:
         return []
-    c = per_mtok(m, sc["cost"]["gpu_hour_usd"] or sc["hardware"]["gpu_hour_usd"])
+    c = per_mtok(m, result_gpu_hour_usd(sc))
     return [("cost per M input+output tokens", f"${c['cost_per_m_total_tok_usd']:.3f} (requests generate no answer)")]
 
 

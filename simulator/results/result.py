@@ -9,6 +9,7 @@ from simulator.config.specs import EngineSpec
 from simulator.results.anatomy import step_anatomy
 from simulator.results.metrics import build_integrity, build_metrics
 from simulator.results.record import RunRecord
+from simulator.results.tiers import kv_tiers
 
 SCHEMA = "phaseplan.result/1"
 
@@ -26,6 +27,10 @@ def engine_provenance(engine: EngineSpec) -> dict[str, str]:
 
 def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
     """The Result of a finished run; `clock` says which clock's step times it holds (the replay names its own)."""
+    metrics = build_metrics(run)
+    tiers = kv_tiers(run)  # KV tiers below HBM: hits and moves by tier, load-back time (absent without tiers)
+    if tiers is not None:
+        metrics["kv_tiers"] = tiers
     return {
         "schema": SCHEMA,
         "clock": clock,
@@ -34,7 +39,7 @@ def build_result(run: RunRecord, clock: str = "modeled") -> dict[str, Any]:
         "scenario": run.scenario.model_dump(mode="json", exclude={"sweep": True, "focus": True, "engine": {"sources"}}),
         "provenance": {**run.profile.provenance(), **engine_provenance(run.scenario.engine)},
         "capacity": {name: capacity_dict(p.capacity) for name, p in run.pools.items()},
-        "metrics": build_metrics(run),
+        "metrics": metrics,
         "integrity": build_integrity(run),
         "step_anatomy": step_anatomy(run),
     }

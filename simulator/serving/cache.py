@@ -39,21 +39,35 @@ class OutOfPages(Exception):
 # stays in cache between checks. Results come back in a caller's buffer: a returned array costs more to hand
 # over than these calls' work.
 REF, NXT, PRV, KEY, KEYED, FREE = range(6)
-N_FREE, N_CACHED, NEXT_TAG = range(3)
+N_FREE, N_CACHED, NEXT_TAG, N_EVICTED = range(4)  # a tiered cache's meta has N_EVICTED (`serving/tiers.py`)
 
 
 @njit(cache=True, inline="always")
 def _unlink(st: np.ndarray, p: int) -> None:
+    """Take row p out of the LRU list threaded through columns NXT/PRV (the tiers' slots use the same columns)."""
     a, b = st[p, PRV], st[p, NXT]
     st[a, NXT] = b
     st[b, PRV] = a
     st[p, NXT] = st[p, PRV] = -1
 
 
+@njit(cache=True, inline="always")
+def _link_newest(st: np.ndarray, p: int) -> None:
+    """Put row p at the newest end of the LRU list (before the sentinel, the last row)."""
+    head = st.shape[0] - 1
+    tail = st[head, PRV]
+    st[tail, NXT] = p
+    st[p, PRV] = tail
+    st[p, NXT] = head
+    st[head, PRV] = p
+
+
 @njit(cache=True)
 def _take(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: np.ndarray, out: np.ndarray) -> None:
     """`count` pages into out[0] — free ones first, then the oldest cached ones, whose keys go — each held
-    once with a new tag, into out[1]. The caller has checked that there are enough."""
+    once with a new tag, into out[1]. The caller has checked that there are enough. A tiered cache's `out` has
+    two rows more: each evicted page's key and id, in eviction order (from out[:, meta[N_EVICTED]] on), which
+    it spills to the tier below."""
     k = 0
     while k < count and meta[N_FREE] > 0:
         meta[N_FREE] -= 1
@@ -63,6 +77,11 @@ def _take(count: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index: 
     while k < count:
         p = st[head, NXT]
         _unlink(st, p)
+        if out.shape[0] > 2:
+            e = meta[N_EVICTED]
+            out[2, e] = st[p, KEY]
+            out[3, e] = p
+            meta[N_EVICTED] = e + 1
         px.delete(index, st[p, KEY])
         st[p, KEYED] = 0
         meta[N_CACHED] -= 1
@@ -146,11 +165,7 @@ def _release(pages: np.ndarray, meta: np.ndarray, st: np.ndarray) -> int:
             continue
         freed += 1
         if st[p, KEYED]:
-            tail = st[head, PRV]
-            st[tail, NXT] = p
-            st[p, PRV] = tail
-            st[p, NXT] = head
-            st[head, PRV] = p
+            _link_newest(st, p)
             meta[N_CACHED] += 1
         else:
             st[meta[N_FREE], FREE] = p
@@ -263,6 +278,8 @@ def _force_free(p: int, meta: np.ndarray, st: np.ndarray, tag: np.ndarray, index
 
 
 class PagedCache:
+    tiered = False  # a cache with tiers below HBM (`serving/tiers.py`) says what each hold loads back
+
     def __init__(self, num_pages: int, page_size: int, prefix_caching: bool = True) -> None:
         self.num_pages = num_pages
         self.page_size = page_size

@@ -26,11 +26,11 @@ import numpy as np
 
 from simulator.capacity import PoolCapacity
 from simulator.config.scenario import Pool, Scenario
-from simulator.serving.cache import PagedCache
 from simulator.serving.integrity import CheckingTracker, FaultInjector, NoopTracker
 from simulator.serving.scheduler import Counters, Plan, Scheduler, StepEvents
 from simulator.serving.sequence import Seq
 from simulator.serving.speculation import Speculation
+from simulator.serving.tiers import cache_for
 from simulator.workload.request import Request
 
 
@@ -78,7 +78,7 @@ def build_ranks(
         pages = cap.per_rank["pages"]
         running, tokens = max(1, pool.max_running // dp), max(1, pool.max_batch_tokens // dp)
     return [
-        Rank(r, _scheduler(sc, name, pool, pages, running, tokens, injector, rng, tracker))
+        Rank(r, _scheduler(sc, name, pool, cap, pages, running, tokens, injector, rng, tracker))
         for r, rng in enumerate(rngs)
     ]
 
@@ -87,6 +87,7 @@ def _scheduler(
     sc: Scenario,
     name: str,
     pool: Pool,
+    cap: PoolCapacity,
     pages: int,
     max_running: int,
     max_batch_tokens: int,
@@ -94,7 +95,15 @@ def _scheduler(
     rng: np.random.Generator,
     tracker: Any,
 ) -> Scheduler:
-    cache = PagedCache(pages, pool.page_size, sc.prefix_cache.enabled)
+    tiers = cap.tiers or {}
+    cache = cache_for(
+        pages,
+        pool.page_size,
+        sc.prefix_cache.enabled,
+        tiers.get("host_pages", 0),
+        tiers.get("storage_pages", 0),
+        pool.kv_tier_write == "write_back",
+    )
     prefill_only = name == "prefill"
     spec = None if prefill_only or pool.speculative is None else Speculation(pool.speculative, sc.seed, pool.page_size)
     if tracker is None:

@@ -160,6 +160,8 @@ class Scheduler:
         hit = self.cache.hold(seq.table, seq.keys, self._pages(seq.target), self.reserve_pages)
         if hit < 0:
             return None
+        if self.cache.tiered:  # pages found below HBM load back with the hand-off
+            seq.loads = self.cache.take_loads()  # type: ignore[attr-defined]
         self.cache.note_lookup(seq.req.prompt_tokens)
         seq.computed = seq.target  # (a transferring sequence is not in the batch)
         seq.status = "transfer"
@@ -270,6 +272,7 @@ class Scheduler:
         ev = StepEvents()
         for seq, chunk in plan.prefill:  # prefill plans are one step long; a prefilling sequence is not in the batch
             self._queued -= chunk
+            seq.loads = None  # its first step loaded back what its hold found below HBM
             if not seq.prefilled(chunk):
                 continue
             self.cache.publish(seq.table, seq.keys)
@@ -359,6 +362,8 @@ class Scheduler:
             if hit < 0:
                 break  # FCFS: the head waits for pages, nobody overtakes it
             self.waiting.popleft()
+            if self.cache.tiered:  # pages found below HBM load back during its first prefill step
+                seq.loads = self.cache.take_loads()  # type: ignore[attr-defined]
             if seq.generated == 0:
                 self.cache.note_lookup(seq.req.prompt_tokens)
             cached = min(hit * self.cache.page_size, seq.target - 1)  # whole prompt cached: recompute the last token
@@ -375,6 +380,7 @@ class Scheduler:
         self.running.remove(victim)
         release_after_fault(victim.table, self.cache, victim.fault)
         victim.fault = None
+        victim.loads = None
         victim.computed = 0
         victim.target = victim.req.prompt_tokens + victim.generated  # recompute what it had
         self.counters.preempted += 1

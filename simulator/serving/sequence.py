@@ -12,6 +12,7 @@ import numpy as np
 
 from simulator.serving.integrity import Fault
 from simulator.serving.tables import BlockTable
+from simulator.serving.tiers import Loads
 from simulator.workload.request import Request
 
 IN_BATCH = "a batch sequence's progress moves with the step count only"
@@ -49,6 +50,8 @@ class Seq:
         "_generated",
         "_fault_in",
         "_gains",
+        "loads",
+        "load_s",
     )
 
     def __init__(
@@ -68,6 +71,8 @@ class Seq:
         self._generated = generated  # output tokens produced elsewhere (a transferred request's first)
         self._fault_in = -1
         self._gains: np.ndarray | None = None  # speculative decoding: tokens gained after j steps in the batch
+        self.loads: Loads | None = None  # prefix pages its hold found below HBM, until a step loads them back
+        self.load_s = 0.0  # seconds its load-back took (priced by the clock; part of its time to first token)
 
     def _moved(self) -> int:
         """Decode steps since it joined the batch."""

@@ -122,7 +122,8 @@ def cell(case: Case, sequences: int) -> Cell:
 
 def _pool_figure(sc: Scenario, how: DecodeBatch | PrefillBatch, metric: str) -> float:
     pool = sc.deployment.pools()[how.pool]
-    cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc, ROOT), sc.integrity.enabled)
+    hw = sc.hardware_of(pool)
+    cost = CostModel(sc.model, hw, pool, Profile.for_scenario(sc, ROOT).for_pool(sc, pool), sc.integrity.enabled)
     if isinstance(how, DecodeBatch):
         seconds = decode_step_s(cost, pool, how.batch, how.context)
         if metric == "step_ms":
@@ -131,7 +132,7 @@ def _pool_figure(sc: Scenario, how: DecodeBatch | PrefillBatch, metric: str) -> 
     else:
         seconds = prefill_step_s(cost, pool, how.tokens, how.prompt)
         per_step = (how.tokens // how.prompt) * how.prompt * pool.dp
-    return per_step / seconds * _scale(pool, sc.hardware.gpus_per_node, how.per)
+    return per_step / seconds * _scale(pool, hw.gpus_per_node, how.per)
 
 
 def decode_step_s(cost: CostModel, pool: Pool, batch: int, context: int) -> float:

@@ -1,7 +1,9 @@
 """Traffic sources: the requests the engine is fed — a trace, or synthetic open- or closed-loop traffic.
 
 The engine takes `initial()` up front and calls `on_complete` as each request finishes; that is all a
-closed loop or a multi-turn conversation needs, since its next request is caused by the previous one ending.
+closed loop, a multi-turn conversation or an agent task needs, since its next requests are caused by the previous
+one ending (an agent's next call after a tool's pause; its sub-agents all at once, and its next call once the last
+of them has reported).
 Everything is a function of the seed and the order requests are issued in, never of wall time or `hash()`.
 """
 
@@ -21,6 +23,8 @@ from simulator.workload.traces import UNIQUE_ROOT, chain_rows, load_trace, strea
 
 BLOCK_TOKENS = 64  # synthetic content granularity: fine enough for any page size a pool uses
 SYSTEM_ROOT = 0xA4093822299F31D0  # chain start of the shared system prompt (more digits of π)
+SUBAGENT_ROOT = 0x082EFA98EC4E6C89  # stream keys of sub-agents' own content (more digits of π)
+MAX_SUBAGENTS = 1 << 16  # a task's sub-agents are numbered below this (their stream ids: task × this + j)
 CHUNK = 4096  # lengths drawn per refill
 MAX_CHUNK = 1 << 22  # arrival candidates drawn per pass, to bound memory
 
@@ -36,9 +40,9 @@ class TrafficSource:
         """The requests known up front, sorted by arrival."""
         return self._initial
 
-    def on_complete(self, req: Request, now: float) -> Request | None:
-        """The request `req` finishing at `now` causes, if any."""
-        return None
+    def on_complete(self, req: Request, now: float) -> list[Request]:
+        """The requests `req` finishing at `now` causes (none for a trace)."""
+        return []
 
 
 def diurnal_multiplier(d: Diurnal, t: np.ndarray) -> np.ndarray:
@@ -107,10 +111,15 @@ class SyntheticSource(TrafficSource):
     turns each extend the previous turn's stream. Open-loop `rate` counts conversations when turns > 1."""
 
     def __init__(self, traffic: Traffic, seed: int, base_dir: Path | None) -> None:
-        arrival_seq, prompt_seq, output_seq = np.random.SeedSequence(seed).spawn(3)
+        arrival_seq, prompt_seq, output_seq, tool_seq = np.random.SeedSequence(seed).spawn(4)
         self._traffic = traffic
         self._closed = traffic.concurrency is not None
-        self._turns = traffic.sessions.turns
+        self._agentic = traffic.agentic
+        self._turns = traffic.per_session  # requests of one session (turns, or an agent task's calls)
+        if self._agentic is not None:
+            self._tools = _Draws(self._agentic.tool_output_tokens, np.random.default_rng(tool_seq), base_dir)
+            self._pauses = np.random.default_rng(tool_seq.spawn(1)[0])
+            self._waiting: dict[int, list[int]] = {}  # task -> [sub-agents still running, report tokens so far]
         self._prompts = _Draws(traffic.prompt_tokens, np.random.default_rng(prompt_seq), base_dir)
         self._outputs = _Draws(traffic.output_tokens, np.random.default_rng(output_seq), base_dir)
         self._shared = chain_rows([range(traffic.shared_prefix_tokens // BLOCK_TOKENS)], SYSTEM_ROOT)[0]
@@ -134,14 +143,58 @@ class SyntheticSource(TrafficSource):
             total = traffic.requests if traffic.duration_s is None else None
         super().__init__(initial, total)
 
-    def on_complete(self, req: Request, now: float) -> Request | None:
-        """The conversation's next turn after the think time; else, in a closed loop, the client's next."""
-        if req.turn + 1 < self._turns:
+    def on_complete(self, req: Request, now: float) -> list[Request]:
+        """The conversation's next turn after the think time (an agent task's next calls: `_agent_next`); else, in a
+        closed loop, the client's next."""
+        if self._agentic is not None:
+            nxt = self._agent_next(req, now)
+            if nxt is not None:
+                return [r for r in nxt if self._may_issue(r.arrival)]
+        elif req.turn + 1 < self._turns:
             at = now + self._traffic.sessions.think_time_s
-            return self._next_turn(req, at) if self._may_issue(at) else None
+            return [self._next_turn(req, at, self._prompts.take(1)[0])] if self._may_issue(at) else []
         if self._closed and self._may_issue(now):
-            return self._fresh([now], [req.client])[0]
-        return None
+            return self._fresh([now], [req.client])
+        return []
+
+    def _agent_next(self, req: Request, now: float) -> list[Request] | None:
+        """An agent task's calls after `req`: its sub-agents after the orchestrator's first call (all at once: its
+        answer is their instructions), a call's successor after a tool's pause, the orchestrator's next call once
+        its last sub-agent reports (its context grows by every report). None once the task is done."""
+        a = self._agentic
+        assert a is not None and req.session is not None
+        if req.agent == 0 and req.turn == 0 and a.subagents:
+            self._waiting[req.session] = [a.subagents, 0, req.prompt_tokens + req.output_tokens]
+            return [self._subagent(req, j, now) for j in range(1, a.subagents + 1)]
+        steps = a.steps if req.agent == 0 else a.subagent_steps
+        if req.turn + 1 < steps:
+            at = now + float(self._pauses.exponential(a.tool_time_s)) if a.tool_time_s else now
+            return [self._next_turn(req, at, self._tools.take(1)[0])]
+        if req.agent == 0:
+            return None
+        left = self._waiting[req.session]
+        left[0] -= 1
+        left[1] += req.output_tokens
+        if left[0]:
+            return []
+        del self._waiting[req.session]
+        if a.steps == 1:  # the task ends with its sub-agents' reports
+            return None
+        parent = Request(0, now, left[2], 0, session=req.session, client=req.client)  # its context at fan-out
+        return [self._next_turn(parent, now, left[1], base=self._blocks(req.session, left[2]))]
+
+    def _blocks(self, session: int, tokens: int) -> tuple[int, ...]:
+        """The blocks of an orchestrator's first `tokens` tokens (the shared prefix, then its own stream)."""
+        k = len(self._shared)
+        return self._shared + stream_blocks(stream_key(self._root, session), k, tokens // BLOCK_TOKENS)
+
+    def _subagent(self, req: Request, j: int, at: float) -> Request:
+        """Sub-agent j's first call: the orchestrator's context and answer as its prefix, then its own task (a
+        turn of its own stream, from the turn before its first)."""
+        assert req.session is not None
+        context = req.prompt_tokens + req.output_tokens
+        start = Request(0, at, context, 0, session=req.session, client=req.client, turn=-1, agent=j)
+        return self._next_turn(start, at, self._tools.take(1)[0], base=self._blocks(req.session, context))
 
     def _may_issue(self, at: float) -> bool:
         t = self._traffic
@@ -155,7 +208,7 @@ class SyntheticSource(TrafficSource):
         self._issued += n
         streams: range = ids
         sessions: Sequence[int | None] = [None] * n
-        if self._turns > 1:
+        if self._turns > 1 or self._agentic is not None:
             streams = sessions = range(self._sessions, self._sessions + n)
             self._sessions += n
         shared, k = self._shared, len(self._shared)
@@ -177,11 +230,18 @@ class SyntheticSource(TrafficSource):
             for i, a, u, o, key, se, c in rows
         ]
 
-    def _next_turn(self, req: Request, at: float) -> Request:
-        """The prompt grows by the last answer and a new user message; the earlier blocks stay its prefix."""
+    def _next_turn(self, req: Request, at: float, added: int, base: tuple[int, ...] | None = None) -> Request:
+        """The prompt grows by the last answer and `added` tokens (a user message, a tool's result); the earlier
+        blocks (`base`, else the request's) stay its prefix, continuing its stream (a sub-agent's own)."""
         assert req.session is not None
-        prompt = req.prompt_tokens + req.output_tokens + self._prompts.take(1)[0]
-        more = stream_blocks(stream_key(self._root, req.session), len(req.blocks), prompt // BLOCK_TOKENS)
+        prompt = req.prompt_tokens + req.output_tokens + added
+        blocks = req.blocks if base is None else base
+        key = (
+            stream_key(SUBAGENT_ROOT, req.session * MAX_SUBAGENTS + req.agent)
+            if req.agent
+            else stream_key(self._root, req.session)
+        )
+        more = stream_blocks(key, len(blocks), prompt // BLOCK_TOKENS)
         self._issued += 1
         return Request(
             id=self._issued - 1,
@@ -191,7 +251,8 @@ class SyntheticSource(TrafficSource):
             session=req.session,
             client=req.client,
             turn=req.turn + 1,
-            blocks=req.blocks + more,
+            agent=req.agent,
+            blocks=blocks + more,
             block_tokens=BLOCK_TOKENS,
         )
 
@@ -208,9 +269,8 @@ class ContextLimit(TrafficSource):
         self._where = f"traffic.trace ({traffic.trace})" if traffic.trace is not None else "traffic.prompt_tokens"
         super().__init__([self._fit(r) for r in inner.initial()], inner.total_expected)
 
-    def on_complete(self, req: Request, now: float) -> Request | None:
-        nxt = self._inner.on_complete(req, now)
-        return None if nxt is None else self._fit(nxt)
+    def on_complete(self, req: Request, now: float) -> list[Request]:
+        return [self._fit(r) for r in self._inner.on_complete(req, now)]
 
     def _fit(self, req: Request) -> Request:
         if req.prompt_tokens + req.output_tokens <= self._context:
@@ -237,8 +297,8 @@ def make_source(traffic: Traffic, seed: int, base_dir: Path | None = None, conte
     `context`, the model's, bounds every prompt (None: unknown, unchecked)."""
     if traffic.trace is None:
         source: TrafficSource = SyntheticSource(traffic, seed, base_dir)
-    elif traffic.sessions.turns > 1 or traffic.shared_prefix_tokens:
-        raise InputError("traffic.sessions and shared_prefix_tokens shape synthetic traffic, not a trace")
+    elif traffic.sessions.turns > 1 or traffic.shared_prefix_tokens or traffic.agentic is not None:
+        raise InputError("traffic.sessions, agentic and shared_prefix_tokens shape synthetic traffic, not a trace")
     else:
         reqs = load_trace(traffic, base_dir)
         source = TrafficSource(reqs, len(reqs))
