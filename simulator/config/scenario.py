@@ -18,7 +18,15 @@ from pydantic import (
 
 from simulator.config import parallel
 from simulator.config.parallel import Speculative
-from simulator.config.specs import FP4_FORMATS, EngineSpec, HardwareSpec, KVFormat, ModelSpec, WeightFormat
+from simulator.config.specs import (
+    FP4_FORMATS,
+    EngineSpec,
+    HardwareSpec,
+    KVFormat,
+    ModelSpec,
+    RoutingPolicy,
+    WeightFormat,
+)
 
 
 class Strict(BaseModel):
@@ -248,10 +256,40 @@ class PrefixCache(Strict):
     )
 
 
+class ScorerWeights(Strict):
+    """The `scorers` router's weights: the Gateway API inference extension's default profile (llm-d, the vLLM
+    production stack), config/charts/inferencepool/templates/epp-config.yaml (docs/routing.md)."""
+
+    queue: float = Field(2.0, description="Weight of the queue scorer (requests waiting on the instance).")
+    kv_cache: float = Field(2.0, description="Weight of the KV-cache-utilization scorer (1 − share of pages in use).")
+    prefix: float = Field(3.0, description="Weight of the prefix-cache scorer (share of the prompt's blocks matched).")
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ScorerWeights:
+        if self.queue + self.kv_cache + self.prefix <= 0:
+            raise ValueError("at least one scorer needs a positive weight (all 0 would send every request to one)")
+        return self
+
+
 class Routing(Strict):
-    policy: Literal["round_robin", "least_kv", "session_affinity", "prefix_aware"] = Field(
-        "least_kv", description="How a request picks its instance (least_kv: the fewest KV pages held)."
+    """How a request picks its instance: the engine's router unless `policy` names another (docs/routing.md)."""
+
+    policy: RoutingPolicy | None = Field(
+        None,
+        description="cache_aware (SGLang's router), power_of_two, scorers (llm-d / vLLM production stack), least_kv "
+        "(fewest prompt tokens queued, then KV pages), round_robin, session_affinity, prefix_aware; null: the "
+        "engine's router.",
     )
+    cache_threshold: float = Field(
+        0.3, description="cache_aware: route to the longest cached prefix when it covers more than this share."
+    )
+    balance_abs_threshold: int = Field(
+        64, description="cache_aware: loads are imbalanced when max − min in-flight requests exceeds this ..."
+    )
+    balance_rel_threshold: float = Field(
+        1.5, description="cache_aware: ... and max exceeds this times min; then the least loaded instance."
+    )
+    weights: ScorerWeights = Field(default_factory=ScorerWeights, description="scorers: each scorer's weight.")
 
 
 class Length(Strict):
@@ -445,6 +483,13 @@ class Scenario(Strict):
                     object.__setattr__(pool, term, getattr(self.engine, term))
             if name == "prefill" and "a2a_node_dedup" not in pool.model_fields_set:
                 object.__setattr__(pool, "a2a_node_dedup", self.engine.prefill_a2a_node_dedup)
+        return self
+
+    @model_validator(mode="after")
+    def _engine_router(self) -> Scenario:
+        """Unset, the routing policy is the engine's router (a deployment of the engine runs it)."""
+        if self.routing.policy is None:
+            object.__setattr__(self.routing, "policy", self.engine.router)
         return self
 
     @model_validator(mode="after")

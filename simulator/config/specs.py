@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 WeightFormat = Literal["bf16", "fp8", "int4", "nvfp4", "mxfp4", "w4a8"]
 FP4_FORMATS = frozenset({"nvfp4", "mxfp4"})
 KVFormat = Literal["bf16", "fp8_e4m3"]
+# The routers (simulator/serving/routing.py, docs/routing.md): the engines' own, then phaseplan's simpler ones.
+RoutingPolicy = Literal[
+    "cache_aware", "power_of_two", "scorers", "least_kv", "round_robin", "session_affinity", "prefix_aware"
+]
 Component = Literal[
     "attention",
     "indexer",
@@ -234,6 +238,10 @@ class EngineSpec(Strict):
     )
     prefill_a2a_node_dedup: bool = Field(
         False, description="A prefill pool's MoE dispatch sends a token once per node (DeepEP normal mode)."
+    )
+    router: RoutingPolicy = Field(
+        "cache_aware",
+        description="The router a deployment of the engine runs (a scenario's routing.policy still overrides).",
     )
     calibration: Calibration | None = Field(
         None, description="Set by `phaseplan calibrate`: what the terms were fitted to; null: a preset as published."

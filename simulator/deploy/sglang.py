@@ -31,10 +31,15 @@ QUANTIZATION: dict[str, str | None] = {
     "nvfp4": "modelopt_fp4",
     "mxfp4": "mxfp4",
 }
-# The router's policy for the scenario's routing (judgement where the names differ): least_kv sends work to the
-# less loaded of two workers (power_of_two); session_affinity and prefix_aware both keep a conversation where its
-# prefix is cached (cache_aware, SGLang's prefix-tree router).
+# The router's policy for the scenario's routing (judgement where the names differ): cache_aware, power_of_two and
+# round_robin are the router's own; least_kv sends work to the less loaded of two workers (power_of_two);
+# session_affinity and prefix_aware both keep a conversation where its prefix is cached (cache_aware, SGLang's
+# prefix-tree router); scorers, the gateway's endpoint picker, has no SGLang router policy: cache_aware weighs the
+# same load and prefix signals.
 POLICY = {
+    "cache_aware": "cache_aware",
+    "power_of_two": "power_of_two",
+    "scorers": "cache_aware",
     "round_robin": "round_robin",
     "least_kv": "power_of_two",
     "session_affinity": "cache_aware",
@@ -108,9 +113,19 @@ def launch(sc: Scenario) -> Launch:
             if s.node == 0:
                 heads.setdefault(role, []).append(s)
     router = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
-    router += ["--policy", POLICY[sc.routing.policy]]
+    policy = POLICY[sc.routing.policy]
+    router += ["--policy", policy]
+    if policy == "cache_aware":  # the thresholds the simulation routed by (docs/routing.md)
+        r = sc.routing
+        router += [
+            "--cache-threshold",
+            f"{r.cache_threshold:g}",
+            "--balance-abs-threshold",
+            str(r.balance_abs_threshold),
+        ]
+        router += ["--balance-rel-threshold", f"{r.balance_rel_threshold:g}"]
     notes = [
-        f"routing.policy {sc.routing.policy} runs as the router's --policy {POLICY[sc.routing.policy]}",
+        f"routing.policy {sc.routing.policy} runs as the router's --policy {policy}",
         f"deployment.transfer ({sc.deployment.transfer.bandwidth_gbs:g} GB/s per decode instance) is the "
         "network the mooncake backend uses; pass --disaggregation-ib-device where the NICs need naming"
         if disagg

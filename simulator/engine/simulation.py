@@ -67,7 +67,6 @@ class Simulation:
         self.env = simpy.Environment()
         self.on_progress = on_progress
         self.profile = profile or Profile.for_scenario(sc, base_dir)  # a repeat passes a draw of its spread
-        self.router = Router(sc.routing.policy)
         self.records: dict[int, RequestRecord] = {}
         self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir, sc.model.context_tokens)
         self.injector = fault_injector(sc)
@@ -88,6 +87,7 @@ class Simulation:
                 ranks = build_ranks(sc, name, pool, cap, self.injector, rng_seed, tracker)
                 insts.append(Instance(self, name, i, pool, ranks, cost, self.timer))
             self.pools[name] = insts
+        self.router = Router(sc.routing, {name: len(insts) for name, insts in self.pools.items()}, sc.seed)
         self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
         # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
         # Under DP attention a request lives on one rank: the most it can hold is a rank's share of the pages.
@@ -148,10 +148,10 @@ class Simulation:
             self._finished(req, req.arrival)
             return
         if colocated:
-            inst = self._route_decode(self.entry, req, req.arrival)
+            inst = self._route_decode(req, req.arrival)
             rec.decode_instance = inst.index
         else:
-            inst = self.router.prefill(self.entry, req)
+            inst = self.entry[self.router.route("prefill", self.entry, req, req.arrival)]
             rec.prefill_instance = inst.index
         inst.enqueue_new(req)
         inst.notify(req.arrival)
@@ -176,6 +176,7 @@ class Simulation:
     # -- instance callbacks ----------------------------------------------------------------------------
     def after_schedule(self, inst: Instance) -> None:
         for seq in inst.take_aborted():
+            self.router.done(inst.pool_name, inst.index)
             rec = self.records[seq.req.id]
             rec.status = "aborted"
             rec.finish = inst.clock
@@ -187,6 +188,7 @@ class Simulation:
         for seq, step in ev.first_tokens:
             self.records[seq.req.id].first_token = ends[step]
         for seq, step in ev.finished:
+            self.router.done(inst.pool_name, inst.index)
             rec = self.records[seq.req.id]
             rec.finish = ends[step]
             rec.status = "completed"
@@ -196,18 +198,20 @@ class Simulation:
         if inst.pending:
             self.try_transfers(inst, inst.clock)
 
-    def _route_decode(self, pool: list[Instance], req: Request, t: float) -> Instance:
+    def _route_decode(self, req: Request, t: float) -> Instance:
         """The decode-side instance for `req` at time t. Prefix-aware routing reads each cache's prefix index,
         which the steps started by t have changed (their pages evict cached prefixes): book them first, as a
         clock that runs one step at a time has."""
-        if self.router.policy == "prefix_aware":
+        pool = self.pools["decode"]
+        if self.router.policy in ("prefix_aware", "session_affinity"):
             for inst in pool:
                 inst.settle(t)
-        return self.router.decode(pool, req, t)
+        return pool[self.router.route("decode", pool, req, t)]
 
     def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
         req = pseq.req
         if req.output_tokens <= 1:  # the prefill's own token was the whole answer
+            self.router.done("prefill", src.index)
             rec = self.records[req.id]
             rec.first_token = rec.finish = t
             rec.status = "completed"
@@ -215,7 +219,7 @@ class Simulation:
             src.notify(t)
             self._finished(req, t)
             return
-        dst = self._route_decode(self.pools["decode"], req, t)
+        dst = self._route_decode(req, t)
         self.records[req.id].decode_instance = dst.index
         dst.queue_transfer(dst.receive_at(pseq, src, t), pseq, src)
         self.try_transfers(dst, t)
@@ -242,6 +246,7 @@ class Simulation:
 
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         src.release_at(pseq, end)
+        self.router.done("prefill", src.index)  # the prefill instance held it until its KV left
         if src.has_waiting():  # freed pages may admit the head of its queue; else there is nothing to decide
             src.notify(end)
         dst.settle(end)  # publishing its prefix keys comes after the evictions of the steps started by now
