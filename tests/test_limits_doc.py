@@ -31,6 +31,8 @@ WHERE = {  # schema class -> where its fields sit in a scenario
     "Speculative": "`deployment.<pool>.speculative`",
     "Transfer": "`deployment.transfer`",
     "Integrity": "`integrity`",
+    "Routing": "`routing`",
+    "ScorerWeights": "`routing.weights`",
     "Traffic": "`traffic`",
     "Length": "`traffic.prompt_tokens`, `traffic.output_tokens`",
     "Diurnal": "`traffic.diurnal`",
