@@ -37,6 +37,7 @@ WHERE = {  # schema class -> where its fields sit in a scenario
     "Length": "`traffic.prompt_tokens`, `traffic.output_tokens`",
     "Diurnal": "`traffic.diurnal`",
     "Sessions": "`traffic.sessions`",
+    "Retries": "`traffic.retries`",
     "SLO": "`slo`",
     "Cost": "`cost`",
 }

@@ -90,6 +90,11 @@ class Pool(Strict):
     decode_reserve_tokens: NonNegativeInt = Field(
         256, description="Growth room, in tokens, a request must find free to be admitted."
     )
+    max_preemptions: NonNegativeInt | None = Field(
+        None,
+        description="A request preempted this many times is aborted at its next preemption (a deployment's limit); "
+        "null: never (SGLang and vLLM recompute a preempted request however often).",
+    )
     # DP attention, wide EP across nodes, speculative decoding (simulator/config/parallel.py; all off by default)
     nodes: PositiveInt = Field(1, description="Nodes one instance spans: tp GPUs over nodes × hardware.gpus_per_node.")
     dp: PositiveInt = Field(
@@ -346,6 +351,28 @@ class Sessions(Strict):
     )
 
 
+class Retries(Strict):
+    """What a client does when its request fails: it sends it again after a backoff, up to `max` times. The backoff
+    is openai-python's (src/openai/_base_client.py `_calculate_retry_timeout`: min(0.5 s × 2^n, 8 s) × (1 − 0.25 ×
+    U[0, 1)) before retry n + 1; `_constants.py`: DEFAULT_MAX_RETRIES = 2); a benchmark client (SGLang's
+    bench_serving) counts a failed request and never sends it again, hence `max` 0 (docs/retries.md)."""
+
+    max: NonNegativeInt = Field(
+        0, description="Retries of one request after its first attempt (openai-python: 2); 0: none, as benchmarks."
+    )
+    backoff_s: NonNegativeFloat = Field(0.5, description="Seconds before the first retry (openai-python: 0.5).")
+    multiplier: float = Field(2.0, description="Each further retry waits this many times longer (openai-python: 2).")
+    max_backoff_s: NonNegativeFloat = Field(8.0, description="The longest wait before a retry (openai-python: 8 s).")
+    jitter: float = Field(
+        0.25, description="A wait is cut by up to this share, drawn per retry from the seed (openai-python: 0.25)."
+    )
+    on: list[Literal["integrity", "preemption", "rejected"]] = Field(
+        default_factory=lambda: ["integrity", "preemption"],
+        description="Failures retried: an integrity abort, a preemption-limit abort (both server errors, which "
+        "clients retry), a rejection (a request no instance can hold: a 4xx clients do not retry by default).",
+    )
+
+
 class Traffic(Strict):
     concurrency: PositiveInt | None = Field(
         None, description="Closed loop: clients, each sending its next request when its previous one ends."
@@ -377,6 +404,7 @@ class Traffic(Strict):
     )
     shared_prefix_tokens: NonNegativeInt = Field(0, description="Tokens of a system prompt every request starts with.")
     sessions: Sessions = Field(default_factory=Sessions, description="Multi-turn conversations.")
+    retries: Retries = Field(default_factory=Retries, description="Clients retrying failed requests.")
     duration_s: PositiveFloat | None = Field(
         None, description="Seconds of arrivals; the run ends when the last request is served."
     )

@@ -183,6 +183,7 @@ class Instance:
             out.false_positives += c.false_positives
             out.tokens_lost += c.tokens_lost
             out.checked_pages += c.checked_pages
+            out.preempt_aborts += c.preempt_aborts
             out.aborts += c.aborts
         return out
 

@@ -10,10 +10,12 @@ engine in step mode with a device timer in place of the cost model (`engine.time
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import simpy
 
 from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
@@ -23,6 +25,7 @@ from simulator.engine.timer import CostTimer, StepTimer
 from simulator.errors import InputError
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.profile import Profile
+from simulator.pricing.usage import Usage
 from simulator.results.record import PoolRun, RequestRecord, RunRecord
 from simulator.serving.rank import build_ranks, fault_injector
 from simulator.serving.routing import Router
@@ -30,6 +33,8 @@ from simulator.serving.scheduler import StepEvents
 from simulator.serving.sequence import Seq
 from simulator.workload.request import Request
 from simulator.workload.traffic import TrafficSource, make_source
+
+RETRY_STREAM = 17  # the random stream of retry jitter (seed, this, request id, attempt)
 
 
 @contextmanager
@@ -138,11 +143,18 @@ class Simulation:
             self.arrive(req)
 
     def arrive(self, req: Request) -> None:
-        rec = RequestRecord(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
-        self.records[req.id] = rec
+        rec = self.records.get(req.id)
+        if rec is None:
+            rec = self.records[req.id] = RequestRecord(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
+        else:  # a client's retry: the same request, timed from its first send
+            rec.first_token = rec.finish = math.nan
+            rec.status, rec.reason, rec.cached_tokens = "pending", "", 0
+            rec.prefill_instance = rec.decode_instance = -1
         colocated = "prefill" not in self.pools
         reason = self._rejection(req)
         if reason:
+            if self._retried(req, rec, req.arrival, "rejected", 0, 0):
+                return
             rec.status, rec.reason = "rejected", reason  # no instance could ever hold it, however long it waited
             rec.finish = req.arrival
             self._finished(req, req.arrival)
@@ -165,6 +177,44 @@ class Simulation:
             return "request_over_decode_kv"
         return ""
 
+    def _retried(self, req: Request, rec: RequestRecord, t: float, cause: str, prompt: int, output: int) -> bool:
+        """Whether the client sends a failed request again (`traffic.retries`): after the backoff of its retry
+        count, its jitter drawn from the seed and the request's id and attempt (so the draw does not depend on the
+        order failures are handled in). `prompt` and `output`: the tokens the failed attempt had computed."""
+        r = self.sc.traffic.retries
+        if rec.retries >= r.max or cause not in r.on:
+            return False
+        u = np.random.default_rng([self.sc.seed, RETRY_STREAM, req.id, rec.retries]).random()
+        wait = min(r.backoff_s * r.multiplier**rec.retries, r.max_backoff_s) * (1.0 - r.jitter * u)
+        rec.retries += 1
+        rec.retry_prompt += prompt
+        rec.retry_output += output
+        if prompt:
+            rec.retry_prefill_s += self._prefill_s(prompt)
+        again = Request(
+            req.id,
+            t + wait,
+            req.prompt_tokens,
+            req.output_tokens,
+            req.session,
+            req.client,
+            req.turn,
+            req.blocks,
+            req.block_tokens,
+        )
+        self.env.process(self._feed([again]))
+        return True
+
+    def _prefill_s(self, tokens: int) -> float:
+        """Seconds to prefill a prompt of `tokens` on an idle instance of the entry pool, chunk by chunk (priced)."""
+        inst = self.entry[0]
+        chunk, done, s = inst.pool.chunk_size, 0, 0.0
+        while done < tokens:
+            n = min(chunk, tokens - done)
+            s += inst.cost.step_s(0, 0, 0, [(n, done)], usage=Usage())
+            done += n
+        return s
+
     def _finished(self, req: Request, t: float) -> None:
         self.done += 1
         if self.on_progress is not None:
@@ -178,7 +228,10 @@ class Simulation:
         for seq in inst.take_aborted():
             self.router.done(inst.pool_name, inst.index)
             rec = self.records[seq.req.id]
-            rec.status = "aborted"
+            prompt = min(seq.computed, seq.req.prompt_tokens)  # what it had prefilled (part, if cut short)
+            if self._retried(seq.req, rec, inst.clock, seq.aborted_by, prompt, seq.generated):
+                continue
+            rec.status, rec.reason = "aborted", seq.aborted_by
             rec.finish = inst.clock
             self._finished(seq.req, inst.clock)
         if inst.pending:  # aborts and preemptions free pages too

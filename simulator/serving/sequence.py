@@ -49,6 +49,8 @@ class Seq:
         "_generated",
         "_fault_in",
         "_gains",
+        "preemptions",
+        "aborted_by",
     )
 
     def __init__(
@@ -68,6 +70,8 @@ class Seq:
         self._generated = generated  # output tokens produced elsewhere (a transferred request's first)
         self._fault_in = -1
         self._gains: np.ndarray | None = None  # speculative decoding: tokens gained after j steps in the batch
+        self.preemptions = 0  # times preempted here (a pool's max_preemptions aborts it past its limit)
+        self.aborted_by = ""  # why it was aborted: "integrity" or "preemption"
 
     def _moved(self) -> int:
         """Decode steps since it joined the batch."""
