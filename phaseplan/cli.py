@@ -92,14 +92,31 @@ def cli() -> None:
 
 
 @cli.command()
-@scenario_arg
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--model",
+    metavar="PRESET|CONFIG.json",
+    help="A model preset, or a Hugging Face config.json (read locally); with a scenario it replaces the scenario's.",
+)
+@click.option(
+    "--hardware", default="h200", show_default=True, help="GPU preset, without a scenario (else --set hardware=)."
+)
 @json_option
 @set_option
-def capacity(scenario: Path, as_json: bool, sets: tuple[str, ...]) -> None:
-    """Weights, KV bytes per token and KV tokens/pages per pool (memory accounting only)."""
+def capacity(scenario: Path | None, model: str | None, hardware: str, as_json: bool, sets: tuple[str, ...]) -> None:
+    """Weights, KV bytes per token and KV tokens/pages per pool (memory accounting only). Without a scenario,
+    --model alone: one instance of the model's release on the fewest GPUs of one node that hold it."""
     from simulator.capacity import capacity_report, render_capacity
+    from simulator.planning import model_only
 
-    sc, _ = loader.load(scenario, sets)
+    if scenario is None:
+        if model is None:
+            raise InputError("capacity: give a scenario, or --model PRESET|CONFIG.json")
+        sc, _ = model_only.scenario(model, hardware, sets)
+        pool = sc.deployment.decode
+        click.echo(f"{sc.model.name} on {sc.hardware.name}: one TP{pool.tp} instance, {pool.weights} weights", err=True)
+    else:
+        sc, _ = loader.load(scenario, ((f"model={model}",) if model else ()) + sets)
     rep = capacity_report(sc)
     if as_json:
         click.echo(dump(rep))

@@ -41,8 +41,10 @@ AIC_TABLE = Kind("AIConfigurator table", 512 * MIB)  # a Parquet table; the larg
 AIC_META = Kind("AIConfigurator collection_meta.yaml", 1 * MIB)
 # a serving benchmark's result file: with per-request details (vLLM --save-detailed, 10k requests) ~10 MiB
 BENCH = Kind("benchmark file", 64 * MIB)
+# a Hugging Face config.json: the largest published ones (per-layer quantization lists) are under 100 KiB
+MODEL_CONFIG = Kind("model config", 4 * MIB)
 
-KINDS = (SCENARIO, UPLOAD, TRACE, LENGTHS, PROFILE, AIC_TABLE, AIC_META, BENCH)
+KINDS = (SCENARIO, UPLOAD, TRACE, LENGTHS, PROFILE, AIC_TABLE, AIC_META, BENCH, MODEL_CONFIG)
 
 
 def check_regular(path: str | Path, what: str) -> None:

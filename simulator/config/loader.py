@@ -215,7 +215,7 @@ def _short(v: Any) -> str:
 def load(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
     """The scenario as validated, and the raw mapping (with overrides) that sweeps start from."""
     data, lines = read_yaml(path)
-    return _overridden(data, lines, str(path), sets)
+    return load_mapping(data, str(path), sets, lines)
 
 
 def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> tuple[Scenario, dict[str, Any]]:
@@ -224,12 +224,16 @@ def load_text(text: str, name: str, sets: list[str] | tuple[str, ...] = ()) -> t
     What it implies in work is checked apart, before running, by `simulator.budget.check`.
     """
     data, lines = parse_text(text, name)
-    return _overridden(data, lines, name, sets)
+    return load_mapping(data, name, sets, lines)
 
 
-def _overridden(
-    data: dict[str, Any], lines: dict[tuple[str, ...], int], name: str, sets: list[str] | tuple[str, ...]
+def load_mapping(
+    data: dict[str, Any],
+    name: str,
+    sets: list[str] | tuple[str, ...] = (),
+    lines: dict[tuple[str, ...], int] | None = None,
 ) -> tuple[Scenario, dict[str, Any]]:
+    """`load` for a scenario mapping built in code (`name` is what errors call it): the same overrides and checks."""
     overrides = {renamed.path(path): value for path, value in (parse_set(s) for s in sets)}
     data = renamed.upgrade(data, name)
     for path in overrides:  # a typo names the valid keys and the nearest, before anything is set

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from simulator.config import safe_yaml
+from simulator.config import hf_config, safe_yaml
 from simulator.errors import InputError
 
 ROOT = Path(__file__).parent / "presets"
@@ -37,8 +37,13 @@ def _read(kind: str, name: str) -> dict[str, Any]:
 
 
 def model(name: str) -> dict[str, Any]:
-    """A fresh copy: a `--set model.attention.heads` must not change the cached preset for later loads."""
-    return copy.deepcopy(_read("models", name))
+    """A preset by name, or a Hugging Face config.json by path (`hf_config`). A fresh copy: a
+    `--set model.attention.heads` must not change the cached preset for later loads."""
+    if not name.lower().endswith(".json"):
+        return copy.deepcopy(_read("models", name))
+    path = file_path(name, "model config")
+    stat = path.stat()
+    return copy.deepcopy(_read_config(path, stat.st_mtime_ns, stat.st_size))
 
 
 def hardware(name: str) -> dict[str, Any]:
@@ -59,17 +64,27 @@ def is_file(name: str) -> bool:
 
 
 def engine_path(name: str) -> Path:
-    """Where an engine file named `name` is: absolute as given, else under the working directory, else the repo."""
-    given = Path(name)
+    return file_path(name, "engine file")
+
+
+def file_path(name: str, what: str) -> Path:
+    """Where a file named `name` is: absolute as given, else under the working directory, else the repo."""
+    given = Path(name).expanduser()
     for path in [given] if given.is_absolute() else [Path.cwd() / given, REPO / given]:
         if path.is_file():
             return path
-    raise InputError(f"engine file '{name}' not found (looked in the working directory and {REPO})")
+    raise InputError(f"{what} '{name}' not found (looked in the working directory and {REPO})")
 
 
 def fitted_files() -> list[str]:
     """The engine files in the repository's `engines/`, as a scenario names them (`engines/NAME.yaml`)."""
     return sorted(f"engines/{p.name}" for p in FITTED.glob("*.y*ml") if is_file(p.name)) if FITTED.is_dir() else []
+
+
+@cache
+def _read_config(path: Path, mtime_ns: int, size: int) -> dict[str, Any]:
+    """A model config.json, keyed by its stat so an edited file is read anew."""
+    return hf_config.read(path)
 
 
 @cache

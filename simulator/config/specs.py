@@ -125,6 +125,18 @@ class ModelSpec(Strict):
         description="Named alternatives to a format's rule, chosen per pool by weights_scheme (e.g. int4-all-linear).",
     )
 
+    release: WeightFormat = Field(
+        "bf16",
+        description="The format the published checkpoint stores its quantized layers in (its config's "
+        "quantization_config; the `formats` rule of that format says which layers).",
+    )
+    checkpoint: str = Field(
+        "", description="Where an engine loads the weights: a Hugging Face repo id or a local folder; empty: unknown."
+    )
+    trust_remote_code: bool = Field(
+        False, description="The checkpoint ships its own model code (its config's auto_map): engines must trust it."
+    )
+
     @property
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.moe else 0
