@@ -22,8 +22,8 @@ run: $(STAMP)
 	.venv/bin/phaseplan run $(SCENARIO)
 
 test: $(STAMP)
-	.venv/bin/ruff check simulator kernels app tests phaseplan bench
-	.venv/bin/ruff format --check simulator kernels app tests phaseplan bench
+	.venv/bin/ruff check simulator kernels app tests phaseplan bench tools
+	.venv/bin/ruff format --check simulator kernels app tests phaseplan bench tools
 	$(PY) -m pytest -q
 
 app: $(STAMP)

@@ -15,7 +15,7 @@ from simulator.config import loader
 from simulator.config.scenario import Scenario
 from simulator.deploy.bundle import files
 from simulator.planning import space as spaces
-from simulator.planning.search import mapping
+from simulator.planning.search import winner_mapping
 from simulator.planning.slo import SLO, reason_kind
 
 
@@ -50,9 +50,8 @@ def rejected_by_reason(res: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def deploy_files(study: Study, raw: dict[str, Any], res: dict[str, Any], command: str) -> dict[str, str]:
     """What `phaseplan plan … --out DIR` writes for the winner (simulator/deploy/bundle.py), by file name:
     the winner as a scenario, commands.sh, the SGLang and vLLM launch commands and the answer's JSON."""
-    w = res["winner"]
     q = res["question"]
-    data = mapping(raw, q["fixed"], w["overrides"])
+    data = winner_mapping(raw, res)
     sc = loader.validate(data, study.path)
     stem = f"{Path(study.path).stem}-plan"
     slo = SLO(**q["slo"])

@@ -11,10 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.scenario_io import ROOT, Study
-
-PROFILES = ROOT / "profiles"
-ROOFLINE = "roofline"
+from app.scenario_io import Study
+from simulator.planning.pricings import ROOFLINE, bundled_profiles, profile_label, same_profile
 
 
 @dataclass(frozen=True)
@@ -27,24 +25,18 @@ class Choice:
 
 def choices(study: Study) -> list[Choice]:
     """Roofline first, then the bundled profiles of the study's hardware, and the study's own if elsewhere."""
-    out = [Choice(ROOFLINE, "roofline: modeled from the hardware preset")]
-    hw = study.scenario.hardware.name
-    for path in sorted(PROFILES.glob(f"{hw}-*.json")):
+    out = [Choice(ROOFLINE, profile_label(ROOFLINE))]
+    for path in bundled_profiles(study.scenario.hardware.name):
         # Named by file only: reading a measured table to describe it costs seconds (the SGLang one is
         # ~140,000 rows), and the sidebar draws before every view; the run's provenance line says the rest.
-        out.append(Choice(Path(os.path.relpath(path, study.base_dir)).as_posix(), f"{path.name}: kernel profile"))
+        value = Path(os.path.relpath(path, study.base_dir)).as_posix()
+        out.append(Choice(value, profile_label(value)))
     own = study.scenario.profile
-    if not any(_same(c.value, own, study) for c in out):
+    if not any(same_profile(c.value, own, study.base_dir) for c in out):
         out.append(Choice(own, f"{Path(own).name}: the study's own profile"))
     return out
 
 
-def _same(a: str, b: str, study: Study) -> bool:
-    if ROOFLINE in (a, b):
-        return a == b
-    return (study.base_dir / a).resolve() == (study.base_dir / b).resolve()
-
-
 def study_choice(study: Study, options: list[Choice]) -> int:
     """The index of the study's own profile among `options`."""
-    return next(i for i, c in enumerate(options) if _same(c.value, study.scenario.profile, study))
+    return next(i for i, c in enumerate(options) if same_profile(c.value, study.scenario.profile, study.base_dir))

@@ -328,8 +328,10 @@ def sweep(
             continue
         ests.append(_preflight(at, scenario.parent, limits, allow_profile_mismatch, _point_label(p)))
     check_sweep_total(ests, limits)
-    with planner.backend(backend_kind, jobs) as b, planner.bar("sweep points", len(pts)) as tick:
-        results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
+    with planner.backend(backend_kind, jobs) as b:
+        with planner.bar("sweep points", len(pts)) as tick:
+            results = run_sweep(sc, raw, str(scenario), scenario.parent, b, tick)
+        pricing = None if as_json else planner.sweep_pricing(sc, raw, scenario, results, b)
     for r in results:
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
@@ -345,6 +347,7 @@ def sweep(
         click.echo(dump(results, compact=True))
     else:
         report.print_sweep(console, sc, results, csv_path)
+        planner.print_pricing(pricing)
 
 
 def _point_label(point: dict[str, Any]) -> str:
@@ -527,7 +530,9 @@ def bench_sim(
 @click.option("--prompt-tokens", type=click.IntRange(1, 100_000_000), default=4096, show_default=True)
 @click.option("--output-tokens", type=click.IntRange(1, 100_000_000), default=512, show_default=True)
 @click.option(
-    "--duration-s", type=click.FloatRange(1e-3, 1e8), default=60.0, show_default=True, help="Seconds of arrivals."
+    "--duration-s",
+    type=click.FloatRange(1e-3, 1e8),
+    help="Seconds of arrivals [default: long enough for the rate to show a steady state].",
 )
 @click.option(
     "--slo", metavar="ttft_p95_ms=…,tpot_p95_ms=…", help="The SLO's limits [default: ttft_p95_ms=2000,tpot_p95_ms=50]."
@@ -542,7 +547,7 @@ def init(
     concurrency: int | None,
     prompt_tokens: int,
     output_tokens: int,
-    duration_s: float,
+    duration_s: float | None,
     slo: str | None,
     name: str | None,
     out: Path | None,

@@ -60,7 +60,16 @@ out_option = click.option(
     "--out",
     "out",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write the answer here: its scenario (runs as-is), commands.sh, SGLang and vLLM launch commands, JSON.",
+    help="Write the answer here: its scenario (runs as-is), commands.sh, SGLang and vLLM launch commands, bench.sh "
+    "(Kubernetes manifests where instances span nodes), JSON.",
+)
+engine_version_option = click.option(
+    "--engine-version",
+    "engine_versions_given",
+    multiple=True,
+    metavar="ENGINE=VERSION",
+    help="The release --out's commands are written for (repeatable; sglang, sglang-router, vllm) [default: the "
+    "newest whose flags are known, simulator/deploy/flags].",
 )
 
 
@@ -100,7 +109,14 @@ def check_out(out: Path | None, scenario: Path, suffix: str) -> None:
 
 
 def write_answer(
-    out: Path, scenario: Path, suffix: str, mapping: dict[str, Any], argv: list[str], header: list[str], text: str
+    out: Path,
+    scenario: Path,
+    suffix: str,
+    mapping: dict[str, Any],
+    argv: list[str],
+    header: list[str],
+    text: str,
+    versions: dict[str, str],
 ) -> None:
     """The answer's files, all or nothing (simulator/deploy/bundle.py)."""
     from simulator.atomic import write_files
@@ -108,7 +124,14 @@ def write_answer(
     from simulator.deploy.bundle import files
 
     sc = loader.validate(mapping, str(scenario))
-    write_files(files(out, f"{scenario.stem}-{suffix}", mapping, sc, scenario.parent, argv, header, text))
+    write_files(files(out, f"{scenario.stem}-{suffix}", mapping, sc, scenario.parent, argv, header, text, versions))
+
+
+def engine_versions(items: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """--engine-version items checked (before anything runs), and as the options that ask for them again."""
+    from simulator.deploy.flags import parse_choice
+
+    return parse_choice(items), [a for item in items for a in ("--engine-version", item)]
 
 
 def backend(kind: str, jobs: int | None) -> Backend:
@@ -155,6 +178,28 @@ def run_repeats(
         print_repeats(console, res)
 
 
+def sweep_pricing(
+    sc: Scenario, raw: dict[str, Any], scenario: Path, results: list[dict[str, Any]], b: Backend
+) -> str | None:
+    """The line saying the pricing decides the sweep's comparison (`simulator/planning/pricings.py`), or None.
+    Its runs are the decision's two points, priced every other bundled way (the text report only: a sweep's JSON
+    is its points)."""
+    from simulator.planning import pricings
+    from simulator.planning.sweeps import sweep_point
+
+    def run(jobs: list[Any]) -> list[dict[str, Any]]:
+        return b.map(sweep_point, jobs)
+
+    with status("pricing the decision the other bundled ways"):
+        rev = pricings.sweep_reversals(sc, raw, str(scenario), scenario.parent, results, run)
+    return pricings.sweep_line(rev)
+
+
+def print_pricing(line: str | None) -> None:
+    if line:
+        Folding(Console()).print(line)
+
+
 def work_limits(no_limits: bool, max_requests: int | None) -> Limits:
     """The limits every trial's run must pass (`--no-limits`, `--max-requests`), as `run`'s."""
     from simulator.budget import Limits
@@ -177,6 +222,20 @@ def _plan_band(console: Any, sc: Any, res: dict[str, Any]) -> None:
             Folding(console).print(band)
 
 
+def _plan_pricing(
+    raw: dict[str, Any], sc: Scenario, scenario: Path, res: dict[str, Any], slo: Any, b: Backend, limits: Limits
+) -> dict[str, Any] | None:
+    """The plan's winner and runner-up priced every other bundled way, each on the trial it was judged on."""
+    from simulator.planning import pricings
+    from simulator.planning.trial import Trial, run_trial
+
+    def run(scs: list[Scenario]) -> list[dict[str, Any]]:
+        return b.map(run_trial, [Trial(s, scenario.parent, slo, limits=limits, lengthen=False) for s in scs])
+
+    with status("pricing the answer the other bundled ways"):
+        return pricings.plan_reversals(res, raw, str(scenario), scenario.parent, sc, run)
+
+
 def register(
     cli: click.Group,
     scenario_arg: Decorator,
@@ -194,6 +253,7 @@ def register(
     @json_option
     @click.option("--start", type=Finite(*RATE), help="First rate to try (default: the scenario's).")
     @out_option
+    @engine_version_option
     @jobs_option
     @backend_option
     @set_option
@@ -204,6 +264,7 @@ def register(
         as_json: bool,
         start: float | None,
         out: Path | None,
+        engine_versions_given: tuple[str, ...],
         jobs: int | None,
         backend_kind: str,
         sets: tuple[str, ...],
@@ -220,6 +281,7 @@ def register(
         sc, raw = loader.load(scenario, sets)
         limits = SLO.parse(slo, sc)
         check_out(out, scenario, "max-rate")
+        versions, version_options = engine_versions(engine_versions_given)
         check_fits(sc, scenario, sets)  # a deployment that does not fit meets the SLO at no rate
         check_trace(sc, scenario, work_limits(no_limits, max_requests))
         with backend(backend_kind, jobs) as b, status("max-rate") as note:
@@ -238,14 +300,16 @@ def register(
             from simulator.planning.maxrate import mapping
 
             options = ["--slo", slo_text(limits)] + (["--start", _num(start)] if start is not None else [])
+            options += version_options
             write_answer(
                 out,
                 scenario,
                 "max-rate",
-                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent),
+                mapping(raw, sc, res["max_rate_rps"], limits, scenario.parent, res["trial"]),
                 asked("max-rate", scenario, options, sets, no_limits, max_requests),
                 [f"max-rate's answer: {res['max_rate_rps']:g} {res['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
+                versions,
             )
         if as_json:
             click.echo(dump(res))
@@ -286,6 +350,7 @@ def register(
         help="Also write the Pareto frontier (CSV, PNG) of the complete runs into this folder.",
     )
     @out_option
+    @engine_version_option
     @json_option
     @jobs_option
     @backend_option
@@ -300,6 +365,7 @@ def register(
         runners_up: int,
         pareto_out: Path | None,
         out: Path | None,
+        engine_versions_given: tuple[str, ...],
         as_json: bool,
         jobs: int | None,
         backend_kind: str,
@@ -325,49 +391,57 @@ def register(
 
             check_target(pareto_out, [p.name for p in paths(stem)], "--pareto")
         check_out(out, scenario, "plan")
+        versions, version_options = engine_versions(engine_versions_given)
         dims = spaces.parse(search) if search else spaces.default(sc, raw)
         total = dims.count()  # refused by count (space.MAX_CANDIDATES) before any candidate is built
-        with backend(backend_kind, jobs) as b, bar("simulating candidates", total) as tick:
-            counter = Counter(tick)
-            res = run_plan(
-                raw,
-                sc,
-                str(scenario),
-                scenario.parent,
-                rate=rate,
-                slo=limits,
-                space=dims,
-                objective=objective,
-                runners_up=runners_up,
-                backend=b,
-                on_level=lambda *_: counter.start_batch(),
-                on_done=counter,
-                limits=work_limits(no_limits, max_requests),
-            )
+        with backend(backend_kind, jobs) as b:
+            with bar("simulating candidates", total) as tick:
+                counter = Counter(tick)
+                res = run_plan(
+                    raw,
+                    sc,
+                    str(scenario),
+                    scenario.parent,
+                    rate=rate,
+                    slo=limits,
+                    space=dims,
+                    objective=objective,
+                    runners_up=runners_up,
+                    backend=b,
+                    on_level=lambda *_: counter.start_batch(),
+                    on_done=counter,
+                    limits=work_limits(no_limits, max_requests),
+                )
+            res["pricing"] = _plan_pricing(raw, sc, scenario, res, limits, b, work_limits(no_limits, max_requests))
         if pareto_out is not None and res["evaluated"]:
             from simulator.planning.pareto import write
 
             write(res["evaluated"], f"{sc.name} plan at {rate:g}", stem)
         w = res["winner"]
         if out is not None and w is not None:
-            from simulator.planning.search import mapping
+            from simulator.planning.search import winner_mapping
 
             options = ["--rate", _num(rate), "--slo", slo_text(limits), "--objective", objective]
             options += ["--runners-up", str(runners_up)] + [a for s in search for a in ("--search", s)]
+            options += version_options
             write_answer(
                 out,
                 scenario,
                 "plan",
-                mapping(raw, res["question"]["fixed"], w["overrides"]),
+                winner_mapping(raw, res),
                 asked("plan", scenario, options, sets, no_limits, max_requests),
                 [f"plan's winner at {rate:g} {res['question']['rate_unit']} within {limits.describe()} (modeled)"],
                 dump(res),
+                versions,
             )
         if as_json:
             click.echo(dump(res))
         else:
             print_plan(console, res)
             _plan_band(console, sc, res)
+            from simulator.planning.pricings import plan_line
+
+            print_pricing(plan_line(res["pricing"]))
         if w is None:
             nothing = " (nothing written to --out)" if out is not None else ""
             click.echo(f"error: no candidate meets the SLO at this rate{nothing}", err=True)

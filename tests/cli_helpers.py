@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +29,18 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     """`phaseplan ARGS`: its exit code and all it printed, stderr first."""
     code, out, err = invoke(monkeypatch, capsys, *args)
     return code, err + out
+
+
+def answer(line: str) -> dict:
+    """The JSON answer of a `phaseplan …` line the page prints, run as a user would (a process in the repo)."""
+    argv = shlex.split(line)
+    assert argv[0] == "phaseplan"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "phaseplan"), *argv[1:], "--json"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # plan exits 1 when nothing meets the SLO
+    return json.loads(proc.stdout)

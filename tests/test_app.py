@@ -14,6 +14,7 @@ from simulator.capacity import capacity_report
 from simulator.config import loader, presets
 from simulator.engine.run import simulate
 from simulator.errors import InputError
+from simulator.results.compare import deltas
 
 SC = scenario_io.SCENARIOS
 
@@ -115,7 +116,7 @@ def test_a_deployment_that_does_not_fit_says_why() -> None:
 def test_deltas_and_curve_points() -> None:
     a = cli_result("integrity-overhead", {"traffic.concurrency": 1})
     b = cli_result("integrity-overhead", {"traffic.concurrency": 1, "integrity.enabled": False})
-    rows = {d.label: d for d in compare.deltas(a, b)}
+    rows = {d.label: d for d in deltas(a, b)}
     out = rows["output throughput"]
     assert out.change == pytest.approx(out.b - out.a)
     assert out.a == a["metrics"]["output_tokens_per_s"] and out.b == b["metrics"]["output_tokens_per_s"]

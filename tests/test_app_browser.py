@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 import yaml
 from browser import choose, chromium, metric, missing, served, snapshot
+from cli_helpers import answer
 
 from app import pricing, scenario_io
 from app.views.fmt import num
@@ -136,8 +137,12 @@ def test_plan_inputs_answer_and_files_in_chromium(tmp_path: Path) -> None:
         plan_box.filter(has_text=f"scenarios/{PLAN_STUDY}.yaml --rate 1 ").wait_for()
         assert "ttft_p95_ms=2000," in plan_box.inner_text() and f"study={PLAN_STUDY}" in page.url
 
+        line = plan_box.inner_text()
         page.locator(".st-key-plan-plan button").click()
-        page.get_by_text("winner:").first.wait_for(timeout=120_000)
+        page.get_by_text("winner:").first.wait_for(timeout=300_000)
+        # One answer: the CLI, asked the printed question, names the same winner (same trials, windows, stopping)
+        want = answer(" ".join(line.split()))["winner"]["label"]
+        assert page.get_by_text(f"winner: {want}", exact=True).count() == 1
         for label in ("GPUs", "TTFT p95", "TPOT p95", "output throughput", "cost per M"):
             page.locator("[data-testid=stMetric]").filter(has_text=label).first.wait_for()
         values = page.locator("[data-testid=stMetricValue]")

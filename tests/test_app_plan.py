@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import html
-import json
 import re
-import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import answer
 
 from app import scenario_io
 from app.views.fmt import num
@@ -27,20 +24,6 @@ def commands(at: testing.AppTest) -> list[str]:
     return [html.unescape(m[1]) for m in found if m]
 
 
-def cli(line: str) -> dict:
-    argv = shlex.split(line)
-    assert argv[0] == "phaseplan"
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "phaseplan"), *argv[1:], "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode in (0, 1), proc.stderr  # plan exits 1 when nothing meets the SLO
-    return json.loads(proc.stdout)
-
-
 def test_plan_view_answers_as_the_cli_does() -> None:
     at = testing.AppTest.from_file(str(ROOT / "app" / "streamlit_app.py"), default_timeout=600)
     at.query_params["study"] = STUDY
@@ -50,13 +33,13 @@ def test_plan_view_answers_as_the_cli_does() -> None:
     max_rate_line, plan_line = commands(at)
     at.button(key="plan:max-rate").click().run()
     assert not at.exception and not at.error
-    want = cli(max_rate_line)
+    want = answer(max_rate_line)
     shown = {m.label: m.value for m in at.metric}
     assert shown[f"max rate ({want['rate_unit']})"] == num(want["max_rate_rps"])
     assert shown[f"cost per M {want['cost_basis']}"] == num(want["cost_per_mtok_usd"], "$")
     at.button(key="plan:plan").click().run()
     assert not at.exception and not at.error
-    want = cli(plan_line)
+    want = answer(plan_line)
     assert any(s.value == f"winner: {want['winner']['label']}" for s in at.success)
     assert {m.label: m.value for m in at.metric}["GPUs"] == num(want["winner"]["gpus"])
 

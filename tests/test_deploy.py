@@ -57,7 +57,15 @@ def test_plan_out_writes_a_scenario_that_reproduces_the_winner(
     w = plan["winner"]
     names = sorted(p.name for p in folder.iterdir())
     assert names == sorted(
-        ["kimi-k2.6-kv-formats-plan.yaml", "commands.sh", "launch-sglang.sh", "launch-vllm.sh", "answer.json"]
+        [
+            "kimi-k2.6-kv-formats-plan.yaml",
+            "commands.sh",
+            "launch-sglang.sh",
+            "launch-sglang-router.sh",
+            "launch-vllm.sh",
+            "bench.sh",
+            "answer.json",
+        ]
     )
     assert json.loads((folder / "answer.json").read_text()) == plan
     monkeypatch.chdir(tmp_path)  # the scenario runs from anywhere
@@ -72,6 +80,7 @@ def test_plan_out_writes_a_scenario_that_reproduces_the_winner(
     sglang = (folder / "launch-sglang.sh").read_text()
     assert sglang.count("python -m sglang.launch_server") == w["gpus"] // 8
     assert "--disaggregation-mode prefill" in sglang and "--disaggregation-mode decode" in sglang
+    assert "--pd-disaggregation" in (folder / "launch-sglang-router.sh").read_text()
     assert "vllm serve" in (folder / "launch-vllm.sh").read_text()
 
 

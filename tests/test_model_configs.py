@@ -65,6 +65,57 @@ def test_the_configs_read_as_their_families_say() -> None:
     assert built("minimax-m2").formats["fp8"].components == ["attention", "routed_experts"]
 
 
+MOE = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4}
+MOE |= {"q_lora_rank": 64, "kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32, "v_head_dim": 32}
+MOE |= {"intermediate_size": 512, "moe_intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2}
+MOE |= {"n_shared_experts": 1, "first_k_dense_replace": 1, "vocab_size": 1000}
+
+
+@pytest.mark.parametrize(
+    ("quant", "fmt", "components", "group"),
+    [
+        (  # W4A8: INT4 group-wise weights with FP8 activations, experts only
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "g": {
+                        "targets": ["re:.*experts.*"],
+                        "weights": {"num_bits": 4, "type": "int", "group_size": 128},
+                        "input_activations": {"num_bits": 8, "type": "float"},
+                    }
+                },
+                "ignore": ["lm_head"],
+            },
+            "w4a8",
+            ["routed_experts", "shared_experts"],
+            128,
+        ),
+        (  # NVIDIA's modelopt NVFP4: attention and shared experts left out by glob, per layer
+            {
+                "quant_method": "modelopt",
+                "quant_algo": "NVFP4",
+                "exclude_modules": ["lm_head", "model.layers.*.self_attn*", "model.layers.*.mlp.shared_experts*"],
+            },
+            "nvfp4",
+            ["dense_ffn", "routed_experts"],
+            None,
+        ),
+        (  # an FP8 checkpoint that keeps the dense layers' MLP in BF16 (a regular expression)
+            {"quant_method": "fp8", "modules_to_not_convert": ["re:.*layers\\.0\\.mlp.*"]},
+            "fp8",
+            ["attention", "routed_experts", "shared_experts"],
+            None,
+        ),
+    ],
+)
+def test_the_release_format_and_what_it_quantizes(
+    tmp_path: Path, quant: dict, fmt: str, components: list[str], group: int | None
+) -> None:
+    spec = ModelSpec(**hf_config.read(write(tmp_path, {**MOE, "quantization_config": quant})))
+    assert spec.release == fmt
+    assert spec.formats[fmt].components == components and spec.formats[fmt].group_size == group
+
+
 def test_capacity_of_a_config_is_the_presets(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     code, by_config, err = invoke(monkeypatch, capsys, "capacity", "--model", R1, "--json")
     assert code == 0 and "one TP8 instance, fp8 weights" in err
@@ -135,6 +186,14 @@ DENSE |= {"intermediate_size": 128, "vocab_size": 100}
         (
             {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:[unclosed"]}},
             "unterminated character set",
+        ),
+        (
+            {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["re:a*a*a*b"]}},
+            "repeats too much",
+        ),
+        (
+            {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["x"] * 20_001}},
+            "more than 20,000 module names",
         ),
     ],
 )

@@ -29,6 +29,11 @@ SHORT = ("traffic.requests=64",)
 LIMITS = "ttft_p95_ms=4000,tpot_p95_ms=20"
 
 
+def _sets(trial: dict) -> tuple[str, ...]:
+    """A trial's length (the stopping rule's overrides) as `--set` items."""
+    return tuple(f"{k}={v}" for k, v in trial.items())
+
+
 def _meets(sets: tuple[str, ...], slo: SLO) -> bool:
     """A plain run of the scenario (no planner code in the way) against the p95 limits."""
     sc, _ = loader.load(KIMI, sets)
@@ -64,8 +69,10 @@ def test_plan_finds_the_fewest_decode_instances_and_one_fewer_misses() -> None:
     assert counts == set(range(1, d))
     assert res["simulated"] + res["pruned"] + res["not_simulated"] == res["candidates"] == 4
     open_loop = (*SHORT, "traffic.concurrency=null", "traffic.rate=1.0")
-    assert _meets((*open_loop, f"deployment.decode.instances={d}"), slo)
-    assert not _meets((*open_loop, f"deployment.decode.instances={d - 1}"), slo)
+    assert _meets((*open_loop, f"deployment.decode.instances={d}", *_sets(w["trial"])), slo)
+    fewer = [r for r in res["rejected"] if r["overrides"]["deployment.decode.instances"] == d - 1]
+    trial = fewer[0].get("trial", {}) if fewer else {}  # a pool the bounds rule out ran no trial
+    assert not _meets((*open_loop, f"deployment.decode.instances={d - 1}", *_sets(trial)), slo)
 
 
 def test_max_rate_passes_and_ten_percent_more_fails() -> None:
@@ -76,8 +83,9 @@ def test_max_rate_passes_and_ten_percent_more_fails() -> None:
     r = res["max_rate_rps"]
     assert r == sig3(r) and res["cost_basis"] == "output tokens" and res["cost_per_mtok_usd"] > 0
     open_loop = (*SHORT, "traffic.concurrency=null")
-    assert _meets((*open_loop, f"traffic.rate={r}"), slo)
-    assert not _meets((*open_loop, f"traffic.rate={sig3(r * 1.1)}"), slo)
+    assert _meets((*open_loop, f"traffic.rate={r}", *_sets(res["trial"])), slo)
+    above = next(t for t in res["trials"] if t["rate"] == sig3(r * 1.1))
+    assert not _meets((*open_loop, f"traffic.rate={above['rate']}", *_sets(above["trial"])), slo)
 
 
 def test_a_trial_stopped_early_reaches_the_full_runs_verdict() -> None:
@@ -264,7 +272,7 @@ def test_cost_objective_on_a_colocated_study() -> None:
             sc,
             str(path),
             path.parent,
-            rate=0.5,
+            rate=0.25,  # one instance holds it (at 0.5 its steps, prefill chunks among them, miss TPOT once it fills)
             slo=slo,
             space=spaces.parse(["deployment.decode.instances=1,2", "deployment.decode.kv_cache=bf16,fp8_e4m3"]),
             objective="cost",

@@ -17,7 +17,7 @@ from rich.console import Console
 
 from simulator.config.specs import EngineSpec
 from simulator.folding import fold
-from simulator.results.metrics import percentiles
+from simulator.results.service import percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = str(ROOT / "scenarios" / "fleet-disaggregated.yaml")
@@ -47,8 +47,13 @@ def test_requests_csv_has_one_row_per_request_and_the_results_percentiles(fleet_
     assert len(rows) == m["requests"] and [int(r["id"]) for r in rows] == sorted(int(r["id"]) for r in rows)
     done = [r for r in rows if r["status"] == "completed"]
     assert len(done) == m["completed"]
-    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
+    lo, hi = m["window_s"]
+    inside = [r for r in done if lo <= float(r["arrival_s"]) <= hi]
+    assert 0 < len(inside) < len(done)  # the window cut a warm-up off
+    for key in ("ttft_ms", "tpot_ms", "e2e_ms"):  # the whole run's, and the window's: its arrivals
         values = np.array([float(r[key]) for r in done if r[key] != ""])
+        assert percentiles(values) == m["full_run"][key], key
+        values = np.array([float(r[key]) for r in inside if r[key] != ""])
         assert percentiles(values) == m[key], key
     assert sum(int(r["cached_tokens"]) for r in rows) == m["transfer_tokens_saved"]
     # every request went through a prefill and a decode instance of this 2 + 2 fleet, both pools used

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import streamlit as st
 
-from app import compare, knobs, pricing, runs, scenario_io
+from app import compare, knobs, runs, scenario_io
 from app.runs import MAX_REQUESTS, Run
 from app.scenario_io import Study
 from app.views import charts
 from app.views.fmt import num, signed, source_tag
 from app.views.whatif import run_cache
-from simulator.config import presets
 from simulator.config.scenario import SLO
 from simulator.errors import InputError
+from simulator.planning import pricings
+from simulator.results.compare import deltas, reversals
 
 CURVE_MAX_REQUESTS = 1000  # per point: a chart of several points still answers in seconds
 VARY: dict[str, list[Any]] = {
@@ -49,7 +50,7 @@ def _side_by_side(a: Run, b: Run) -> None:
     st.markdown(f"**A (pinned):** {describe(a)}  \n**B (latest):** {describe(b)}")
     if not compare.same_traffic(a.result, b.result):
         st.warning("A and B did not serve the same traffic (traffic knobs or seed differ): deltas mix both effects.")
-    rows = compare.deltas(a.result, b.result)
+    rows = deltas(a.result, b.result)
     st.table(
         [
             {
@@ -72,35 +73,13 @@ def _pricing(study: Study, run: Run) -> tuple[str, str]:
     return run.overrides.get("profile", study.scenario.profile), run.overrides.get("engine", study.scenario.engine.name)
 
 
-class Alternative(NamedTuple):
-    """Another pricing of A and B: the override that makes it, how the notice names it and the run's own, and its
-    table column."""
-
-    override: dict[str, str]
-    label: str
-    instead_of: str
-    column: str
-
-
-def _alternatives(study: Study, profile: str, engine: str) -> list[Alternative]:
-    """Every other profile of the hardware on the same engine, and every other engine preset on the same profile."""
-    labels = {c.value: c.label for c in pricing.choices(study)}
-    own = labels.get(profile, profile)
-    out = [Alternative({"profile": v}, label, own, v.rsplit("/", 1)[-1]) for v, label in labels.items() if v != profile]
-    return out + [
-        Alternative({"engine": e}, f"the engine {e}", f"the engine {engine}", e)
-        for e in presets.names("engines")
-        if e != engine
-    ]
-
-
 def _other_pricing(study: Study, a: Run, b: Run) -> None:
     """A and B priced by every other profile of the hardware and on every other engine, in the background; a
     notice where that reverses a headline figure of the comparison above, with both."""
     own = _pricing(study, a)
     if a.study != study.label or _pricing(study, b) != own:
         return  # A and B priced differently already, or from another study: no like-for-like re-pricing
-    others = _alternatives(study, *own)
+    others = pricings.alternatives(study.scenario.hardware.name, *own, study.base_dir)
     pairs = [[{**r.overrides, **alt.override} for r in (a, b)] for alt in others]
     found = [[runs.lookup(study, o, run_cache())[1] for o in pair] for pair in pairs]
     todo = [o for pair, got in zip(pairs, found, strict=True) for o, r in zip(pair, got, strict=True) if r is None]
@@ -110,11 +89,11 @@ def _other_pricing(study: Study, a: Run, b: Run) -> None:
     if job is not None and job.running:
         _pricing_progress(job)
         return
-    mine = compare.deltas(a.result, b.result)
+    mine = deltas(a.result, b.result)
     for alt, (a2, b2) in zip(others, found, strict=True):
         if a2 is None or b2 is None:
             continue
-        flips = compare.reversals(mine, compare.deltas(a2.result, b2.result))
+        flips = reversals(mine, deltas(a2.result, b2.result))
         if flips:
             st.warning(
                 f"**The pricing decides this comparison.** Priced by {alt.label} instead of {alt.instead_of}, B is "

@@ -1,6 +1,8 @@
 """Plan: the planner's two questions on the page — the highest rate the configuration sustains within the SLO
 (and its cost per million tokens there), and the fewest GPUs that meet the SLO at a rate. Both are the CLI's
-`phaseplan max-rate` / `phaseplan plan` (the page prints the line), run in this process on shortened traffic.
+`phaseplan max-rate` / `phaseplan plan` (the page prints the line), run in this process on the same trials: the
+study's own traffic, read over its steady-state window and lengthened by the same stopping rule
+(`simulator.planning.stopping`), so the page and the CLI give one answer.
 
 Every input starts from the picked study (its rate, the sidebar's SLO, the CLI's default search space) and
 starts again when the study changes: the widgets are keyed by the study. An answer stays on the page, marked
@@ -28,18 +30,8 @@ from simulator.planning.maxrate import max_rate
 from simulator.planning.openloop import current_rate, unit
 from simulator.planning.search import plan
 from simulator.planning.slo import SLO
+from simulator.planning.stopping import describe
 from simulator.results.report import provenance_line
-
-PLAN_MAX_REQUESTS = 1000  # per trial: a search runs tens of them
-
-
-def trial_sets(study: Study, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The knobs and, for a study that could run longer, trials of its first PLAN_MAX_REQUESTS requests at the
-    rate tried (no arrival window: a window would cut a fast trial short of its count)."""
-    sets = runs.capped_sets(study, overrides, PLAN_MAX_REQUESTS)
-    if "traffic.requests" in sets and "traffic.requests" not in overrides:
-        sets["traffic.duration_s"] = None
-    return sets
 
 
 def _answer(name: str, study: Study, inputs: list[Any]) -> tuple[Any, bool]:
@@ -60,7 +52,7 @@ def _stale_note(stale: bool) -> None:
 
 
 def render(study: Study, overrides: dict[str, Any]) -> None:
-    sets = trial_sets(study, overrides)
+    sets = dict(overrides)
     try:
         sc = runs.scenario_for(study, sets)
     except InputError as e:
@@ -68,11 +60,10 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
         return
     slo = SLO(sc.slo.ttft_p95_ms, sc.slo.tpot_p95_ms)
     st.caption(f"SLO: {slo.describe()} (the sidebar's SLO inputs).")
-    if "traffic.duration_s" in sets:
-        st.caption(
-            f"Each trial is the study's first {PLAN_MAX_REQUESTS:,} requests at the rate tried, so that an "
-            "answer takes a minute or so; without these --set the CLI runs the study's own traffic."
-        )
+    st.caption(
+        "Each trial is the study's own traffic at the rate tried, read over its steady state and run longer (up "
+        "to 4x) until its binding p95 is known to ±5%: the CLI's trials, so the page's answer is the command's."
+    )
     raw = loader.one_point(study.raw, sets)
     _max_rate(study, sets, raw, sc, slo)
     _plan(study, sets, raw, sc, slo)
@@ -102,6 +93,7 @@ def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scena
     b.metric("TTFT p95 there", num(m["ttft_ms"]["p95"], "ms"))
     c.metric("TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"))
     d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$"))
+    st.caption(describe(res))
     st.info(provenance_line(res))
     with st.expander(f"the {len(res['trials'])} rates tried"):
         st.table(
@@ -203,6 +195,7 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
         cols = st.columns(3)
         for i, (label, value) in enumerate(cells):
             cols[i % 3].metric(label, value)
+        st.caption(describe(w))
         st.info(provenance_line(res))
     if res["runners_up"]:
         st.markdown("**Runners-up**")

@@ -14,7 +14,7 @@ from app.views import charts, command
 from app.views.fmt import cli_line, num, source_tag
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok
-from simulator.results.report import provenance_line
+from simulator.results.report import provenance_line, window_lines
 from simulator.validation import bands
 
 
@@ -106,6 +106,8 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         cols[i % 4].metric(label, value, help=tag)
     for band in bands.headline(r, what, tok_s):
         st.caption(band)
+    for line in window_lines(m):  # the steady-state window the figures are read over, and the whole run's
+        st.caption(line)
     st.caption(
         f"{m['completed']:,} of {m['requests']:,} requests completed ({m['rejected']:,} rejected, "
         f"{m['aborted']:,} aborted, {m['preempted']:,} preemptions) over {num(m['duration_s'], 's')} of "

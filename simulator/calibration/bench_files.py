@@ -134,6 +134,7 @@ def run_from_result(result: dict[str, Any], model: str | None = None) -> BenchRu
     (default: the scenario's model preset name). Medians and percentiles only: a Result holds no means."""
     sc = Scenario.model_validate(result["scenario"])
     m = result["metrics"]
+    whole = m["full_run"]  # a benchmark measures the whole run, fill and drain included
     completed, duration = int(m["completed"]), float(m["duration_s"])
     if completed <= 0 or duration <= 0:
         raise ValueError("the Result completed no request: there is no run to report")
@@ -158,10 +159,10 @@ def run_from_result(result: dict[str, Any], model: str | None = None) -> BenchRu
         request_throughput=completed / duration,
         input_throughput=m["input_tokens"] / duration,
         output_throughput=m["output_tokens"] / duration,
-        ttft=_latency(m["ttft_ms"]),
-        tpot=_latency(m["tpot_ms"]),
+        ttft=_latency(whole["ttft_ms"]),
+        tpot=_latency(whole["tpot_ms"]),
         itl=Latency(),
-        e2e=_latency(m["e2e_ms"]),
+        e2e=_latency(whole["e2e_ms"]),
         accept_length=None,
         config=StatedConfig(model=model, backend="sglang", servers=_servers(sc, model)),
     )

@@ -35,7 +35,8 @@ EXPERTS = {"mixtral": "block_sparse_moe.experts.0.w2", "minimax_m2": "block_spar
 EXPERTS_DEFAULT = "mlp.experts.0.down_proj"
 GPT_OSS_EXPERTS = "mlp.experts.down_proj"
 MAX_DIM = 1 << 24
-MAX_REGEX_REPEATS = 4  # `.*` in a quantization pattern; more (or a repeated group) could backtrack for ever
+MAX_REGEX_REPEATS = 2  # `.*` in a quantization pattern (the published ones have two); more could backtrack long
+MAX_PATTERNS = 20_000  # a quantization config's module names and patterns (GLM-5.2's FP8 release lists ~700)
 
 
 def read(path: str | Path) -> dict[str, Any]:
@@ -256,6 +257,8 @@ def _quantization(q: Any, spec: dict[str, Any], kind: str, where: str) -> tuple[
         )
     if not isinstance(ignore, list) or not isinstance(targets, list):
         raise InputError(f"{where}: quantization_config: the modules to leave out must be a list")
+    if len(ignore) + len(targets) > MAX_PATTERNS:
+        raise InputError(f"{where}: quantization_config: more than {MAX_PATTERNS:,} module names and patterns")
     hit = _matcher(where)
     components = [
         c
@@ -318,7 +321,7 @@ def _matcher(where: str) -> Callable[[Any, str], bool]:
                 raise InputError(f"{where}: quantization_config: pattern {pattern!r:.60}: {e}") from None
             return any(compiled.match(n) for n in names)
         if "*" in pattern or "?" in pattern:
-            if pattern.count("*") > MAX_REGEX_REPEATS:
+            if pattern.count("*") > 2 * MAX_REGEX_REPEATS:
                 raise InputError(f"{where}: quantization_config: pattern {pattern!r:.60} has too many wildcards")
             return any(fnmatch.fnmatchcase(n, pattern) or fnmatch.fnmatchcase(n, pattern + ".*") for n in names)
         return any(f".{pattern}." in f".{n}." for n in names)  # the module, a path prefix or a name in it

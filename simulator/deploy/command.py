@@ -1,17 +1,21 @@
 """Launch commands as data: what runs where, with which flags, and what the engine cannot express.
 
-The engine modules (`sglang`, `vllm`) are pure functions from a Scenario to a `Launch`; `render` writes one as a
-shell script a person reads and copies from, one block per host. Hosts are shell variables (`PREFILL_1_HOST`),
-since the plan knows how many machines, not their names.
+The engine modules (`sglang`, `vllm`) are pure functions from a Scenario and the engine's release (its flags,
+`simulator.deploy.flags`) to a `Launch`; `render` writes one as a shell script a person reads and copies from, one
+block per host. Hosts are shell variables (`PREFILL_1_HOST`), since the plan knows how many machines, not their
+names.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from simulator.capacity import GIB, pool_capacity
 from simulator.config.scenario import Pool, Scenario
+from simulator.deploy.flags import Release
+from simulator.deploy.layout import WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -24,9 +28,59 @@ class Command:
 
 @dataclass(frozen=True)
 class Launch:
-    engine: str  # "SGLang 0.5.14": the release whose argument parser the flags were checked against
+    engine: str  # "SGLang 0.5.23": the release whose flags the commands were checked against
     commands: tuple[Command, ...]
     notes: tuple[str, ...] = field(default=())  # judgements made, and what the engine cannot express
+    releases: tuple[Release, ...] = field(default=())  # the releases whose flags files the commands passed
+    checkpoint: str = ""  # the default MODEL_PATH: the model's published checkpoint
+
+
+def checked(
+    commands: list[Command], release_of: Callable[[Command], Release]
+) -> tuple[tuple[Command, ...], tuple[str, ...]]:
+    """The commands their release accepts, and a note for each left out: a command the engine would refuse is not
+    written (the file says why instead)."""
+    kept, notes = [], []
+    for c in commands:
+        problems = release_of(c).problems(c.argv)
+        if problems:
+            notes.append(f"not written: {c.what}: {'; '.join(problems)}")
+        else:
+            kept.append(c)
+    return tuple(kept), tuple(notes)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A pool's memory plan in each engine's own terms (the capacity model's: HBM x mem_fraction - reserve holds
+    the weights and the KV cache)."""
+
+    static_fraction: float  # (weights + KV pool) / GPU memory: SGLang's --mem-fraction-static
+    kv_bytes: int  # the KV cache one GPU holds: vLLM's --kv-cache-memory-bytes (its utilization would also cover
+    # activations and CUDA graphs, which the plan keeps outside the budget)
+
+
+def memory(sc: Scenario, pool: Pool) -> Memory:
+    cap = pool_capacity(sc.model, sc.hardware, pool)
+    static = pool.mem_fraction - pool.reserve_gib / sc.hardware.hbm_gib
+    return Memory(static, int(cap.kv_budget_gib_per_gpu * GIB))
+
+
+def weights_source(sc: Scenario) -> str:
+    """Which checkpoint each pool's weights need, where it is not the model's release (MODEL_PATH's default)."""
+    m = sc.model
+    out = []
+    for role, pool in roles(sc).items():
+        if pool.weights == m.release:
+            continue
+        if pool.weights == "fp8" and m.release == "bf16":
+            out.append(f"{role}: FP8 weights quantized from the BF16 checkpoint as it loads (--quantization fp8)")
+        else:
+            out.append(
+                f"{role}: {WEIGHTS[pool.weights]} weights need a {WEIGHTS[pool.weights]} checkpoint of {m.name} "
+                f"(its release is {WEIGHTS[m.release]}): set MODEL_PATH to one"
+            )
+    return "; ".join(out)
 
 
 @dataclass(frozen=True)
@@ -85,17 +139,22 @@ def render(launch: Launch, title: str) -> str:
     hosts = sorted(used - {"MODEL_PATH", "DRAFT_MODEL_PATH"})
     lines = [
         "#!/usr/bin/env bash",
-        f"# {title}",
-        f"# Launch commands for {launch.engine} (flags checked against its argument parser: tests/fixtures/engines).",
+        f"# {comment(title)}",
+        f"# Launch commands for {launch.engine}: every flag and value checked against the flags its released",
+        "# package defines, as read into",
+        *(f"#   {r.file}" for r in launch.releases),
         "# Run each command on the host it names; they are not meant to run in sequence from one shell.",
         "set -euo pipefail",
-        ': "${MODEL_PATH:?set MODEL_PATH to the checkpoint (a local folder or a Hugging Face repo id)}"',
     ]
+    if "MODEL_PATH" in used and launch.checkpoint:  # the published checkpoint unless the operator names another
+        lines.append(default_var("MODEL_PATH", launch.checkpoint))
+    elif "MODEL_PATH" in used:
+        lines.append(': "${MODEL_PATH:?set MODEL_PATH to the checkpoint (a local folder or a Hugging Face repo id)}"')
     if any("DRAFT_MODEL_PATH" in _vars(c) for c in launch.commands):
         lines.append(': "${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the draft model checkpoint}"')
     lines += [f': "${{{h}:=<{h.lower().removesuffix("_host").replace("_", "-")}-host>}}"' for h in hosts]
     for note in launch.notes:
-        lines.append(f"# note: {note}")
+        lines.append(f"# note: {comment(note)}")
     for c in launch.commands:
         lines += ["", f"# {c.what}" + (f", on {host(c.where)}" if c.where else "")]
         env = " ".join(f"{k}={_quote(v)}" for k, v in c.env)
@@ -103,6 +162,12 @@ def render(launch: Launch, title: str) -> str:
         body = " \\\n    ".join(_pairs(words))
         lines.append(f"{env} {body}" if env else body)
     return "\n".join(lines) + "\n"
+
+
+def default_var(name: str, value: str) -> str:
+    """A shell line that gives `name` its default `value` unless it is set; the value is quoted, so text from a
+    model's config never expands."""
+    return f'if [ -z "${{{name}:-}}" ]; then {name}={shlex.quote(value)}; fi'
 
 
 def _pairs(words: list[str]) -> list[str]:
@@ -114,6 +179,17 @@ def _pairs(words: list[str]) -> list[str]:
         else:
             out.append(w)
     return out
+
+
+def shell_words(argv: list[str] | tuple[str, ...]) -> str:
+    """A command as one shell line, each word quoted (placeholders stay expansions)."""
+    return " ".join(_quote(a) for a in argv)
+
+
+def comment(text: str) -> str:
+    """Text for a `#` comment line of a script or manifest: one line, no control characters (a newline in a
+    scenario's name must not end the comment)."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)
 
 
 def _quote(word: str) -> str:

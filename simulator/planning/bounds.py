@@ -135,14 +135,7 @@ class Bounds:
         floor_ms = step(1) * 1e3
         if floor_ms > self.slo.tpot_p95_ms:
             return f"{MISSES_TPOT}: a decode step at batch 1 takes {floor_ms:,.1f} ms > {self.slo.tpot_p95_ms:,g} ms"
-        per_inst = want_out / pool.instances
-        lo, hi = 1, b_max  # the smallest batch whose throughput matches the offered rate
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if mid / step(mid) >= per_inst:
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = _needed_batch(step, b_max, want_out / pool.instances)
         need_ms = step(lo) * 1e3
         if need_ms > self.slo.tpot_p95_ms * TPOT_MARGIN:
             return (
@@ -169,6 +162,20 @@ class Bounds:
             PoolBound("prefill", prefill.instances, tps_in * prefill.instances, want_in, "prompt tok/s", tps_in),
             PoolBound("decode", decode.instances, tps_out * decode.instances, want_out, "output tok/s", tps_out),
         ]
+
+    def decode_step_s(self, sc: Scenario, load: Offered, base_dir: Path | None, batch: int | None = None) -> float:
+        """The decode pool's step time at the batch the offered load keeps on each instance (at least 1), or at
+        `batch` (a closed loop's clients): the time per output token a request sees once the batch has filled."""
+        pool = sc.deployment.decode
+        step, b_max = self._decode_steps(sc, pool, load, base_dir)
+        if batch is not None:
+            return step(max(1, min(batch, b_max)))
+        return step(_needed_batch(step, b_max, load.requests_per_s * load.output_tokens / pool.instances))
+
+    def prefill_s(self, sc: Scenario, load: Offered, base_dir: Path | None) -> float:
+        """Seconds one prefill instance takes over a mean prompt at its best rate (a TTFT with no queue)."""
+        pool = sc.deployment.pools().get("prefill", sc.deployment.decode)
+        return load.new_tokens / self._prefill_tps(sc, pool, load, base_dir)
 
     def _decode_steps(
         self, sc: Scenario, pool: Pool, load: Offered, base_dir: Path | None
@@ -244,3 +251,16 @@ class Bounds:
             k = max(1, budget // length) * pool.dp
             self._steps[key] = k * length / self._cost(sc, pool, base_dir).step_s(0, 0, 0, [(length, 0)] * k)
         return self._steps[key]
+
+
+def _needed_batch(step: Callable[[int], float], b_max: int, per_instance: float) -> int:
+    """The smallest batch (up to `b_max`) whose throughput `b / step(b)` matches `per_instance` tokens per second:
+    throughput grows with the batch, so a bisection finds it."""
+    lo, hi = 1, b_max
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if mid / step(mid) >= per_instance:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo

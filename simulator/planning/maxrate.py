@@ -120,9 +120,12 @@ class _Search:
         return lo, hi
 
 
-def mapping(raw: dict[str, Any], sc: Scenario, rate: float, slo: SLO, base_dir: Path | None) -> dict[str, Any]:
-    """The scenario at `rate` as the raw mapping its trial is validated from (the study without its sweep)."""
-    over = {**rate_overrides(sc, rate, base_dir), **slo.overrides()}
+def mapping(
+    raw: dict[str, Any], sc: Scenario, rate: float, slo: SLO, base_dir: Path | None, trial: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The scenario at `rate` as the raw mapping its trial is validated from (the study without its sweep); with
+    `trial`, the length the stopping rule ran it to, so that it runs the very trial the answer was judged on."""
+    over = {**rate_overrides(sc, rate, base_dir), **slo.overrides(), **(trial or {})}
     return loader.one_point(raw, over)
 
 
@@ -150,7 +153,7 @@ def max_rate(
         lo, hi = search.bracket(max(passing))
     best = search.seen[lo]
     price = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd
-    at = search.scenario(lo)
+    at = loader.validate(mapping(raw, sc, lo, slo, base_dir, best["overrides"]), source)
     return {
         "max_rate_rps": lo,
         "layout": one_line(at),
@@ -161,10 +164,18 @@ def max_rate(
         "gpu_hour_usd": price,
         "slo": slo.to_json(),
         "binding": slo.binding(best["metrics"]),
+        "trial": best["overrides"],  # the length the stopping rule ran the answer's trial to (empty: the study's)
+        "trial_precision": best["precision"],
         "metrics": best["metrics"],
         "above": {f"{r:g}": search.seen[r]["reason"] for r in probes},  # None: it met the SLO after all
         "trials": [
-            {"rate": r, "meets": o["meets"], "reason": o["reason"], "stopped_early": o["stopped_early"]}
+            {
+                "rate": r,
+                "meets": o["meets"],
+                "reason": o["reason"],
+                "stopped_early": o["stopped_early"],
+                "trial": o["overrides"],
+            }
             for r, o in sorted(search.seen.items())
         ],
         "clock": "modeled",

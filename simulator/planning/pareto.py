@@ -21,11 +21,10 @@ LATENCIES = (("tpot_p95_ms", "p95 TPOT (ms)"), ("ttft_p95_ms", "p95 TTFT (ms)"))
 def point(name: str, metrics: dict[str, Any], meets: bool | None = None) -> dict[str, Any]:
     """One configuration's coordinates."""
     gen = generating(metrics)
-    tokens = metrics["output_tokens"] if gen else metrics["output_tokens"] + metrics["input_tokens"]
-    span = metrics["duration_s"] or 1.0
+    per_s = metrics["output_tokens_per_s"] + (0.0 if gen else metrics["input_tokens_per_s"])
     return {
         "label": name,
-        "tokens_per_s_per_gpu": round(tokens / span / metrics["gpus"], 3),
+        "tokens_per_s_per_gpu": round(per_s / metrics["gpus"], 3),
         "token_basis": OUTPUT if gen else ALL,
         "tpot_p95_ms": metrics["tpot_ms"]["p95"],
         "ttft_p95_ms": metrics["ttft_ms"]["p95"],

@@ -11,6 +11,7 @@ from rich.table import Table
 from simulator.console import styled
 from simulator.folding import Folding
 from simulator.planning.pareto import point
+from simulator.planning.stopping import describe
 from simulator.results.report import provenance_line
 
 SHOWN_REJECTED = 8  # rejected candidates listed one by one, nearest the winner first (all are in the JSON)
@@ -49,6 +50,7 @@ def print_answer(console: Console, layout: str, e: dict[str, Any]) -> None:
     console.print(f"  {_throughput(m)}, {_usd(e['cost_per_mtok_usd'])} per million {e['cost_basis']}")
     if e.get("binding"):
         console.print(f"  binding limit: {e['binding']}")
+    console.print(f"  {describe(e)}")
 
 
 def print_max_rate(console: Console, r: dict[str, Any], name: str) -> None:

@@ -77,6 +77,8 @@ def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
         "gpus": c.gpus,
         **per_mtok(c.outcome["metrics"], price),
         "binding": slo.binding(c.outcome["metrics"]),
+        "trial": c.outcome["overrides"],  # the length the stopping rule ran it to (empty: the study's own)
+        "trial_precision": c.outcome["precision"],
         "metrics": c.outcome["metrics"],
     }
 
@@ -93,6 +95,7 @@ def _rejected(c: Candidate) -> dict[str, Any]:
         out["layout"] = one_line(c.scenario)
     if c.outcome is not None:
         out["stopped_early"] = c.outcome["stopped_early"]
+        out["trial"] = c.outcome["overrides"]
     return out
 
 
@@ -100,6 +103,13 @@ def mapping(raw: dict[str, Any], fixed: dict[str, Any], overrides: dict[str, Any
     """A candidate's scenario as the raw mapping it is validated from: the study (without its sweep), the shared
     overrides, the candidate's own. Written out as YAML it is the same scenario (`simulator.deploy.bundle`)."""
     return loader.one_point(raw, {**fixed, **overrides})
+
+
+def winner_mapping(raw: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """The plan's winner as the scenario its last trial ran, the length the stopping rule chose included: run
+    as-is, it reproduces the plan's figures."""
+    w = res["winner"]
+    return mapping(raw, res["question"]["fixed"], {**w["overrides"], **w["trial"]})
 
 
 def _infer(done: list[Candidate], later: dict[str, list[Candidate]], judge: Judge) -> None:

@@ -24,11 +24,13 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 from simulator.planning.bounds import Bounds, Offered
 from simulator.planning.slo import SLO
+from simulator.results.steady import run_length
 
 TARGET = 0.7  # the share of a pool's analytic bound the offered load may take (the bound leans optimistic)
 MAX_INSTANCES = 64  # per pool; beyond this, `phaseplan plan` is the tool
 KV_ROOM_REQUESTS = 16  # an instance must hold at least this many whole requests in its KV cache
 KV_CACHE = "fp8_e4m3"  # half BF16's bytes; what large MLA deployments serve with
+PROVISIONAL_S = 60.0  # the arrival window the deployment is sized on, before the run's own length is known
 COMMENT_COLUMN = 28
 
 
@@ -44,12 +46,20 @@ class Ask:
     output_tokens: int = 512
     ttft_p95_ms: float = 2000.0
     tpot_p95_ms: float = 50.0
-    duration_s: float = 60.0
+    duration_s: float | None = None  # open loop: seconds of arrivals; None: long enough for a steady state
     name: str | None = None
 
     @property
     def open_loop_rate(self) -> float | None:
         return None if self.concurrency is not None else (self.rate if self.rate is not None else 2.0)
+
+
+@dataclass(frozen=True)
+class Length:
+    """How long the written run is (open loop: seconds of arrivals; closed loop: requests), and why."""
+
+    value: float
+    why: str
 
 
 @dataclass(frozen=True)
@@ -65,18 +75,21 @@ def _c(content: str, comment: str = "") -> str:
     return f"{content:<{COMMENT_COLUMN}}# {comment}" if comment else content
 
 
-def _text(ask: Ask, layout: Layout, command: str, why: list[str]) -> str:
+def _text(ask: Ask, layout: Layout, command: str, why: list[str], length: Length | None = None) -> str:
     rate = ask.open_loop_rate
     if rate is not None:
+        seconds = length.value if length else (ask.duration_s or PROVISIONAL_S)
+        said = length.why if length else "seconds of arrivals; the run ends when the last is served"
         load = [
             _c(f"  rate: {rate:g}", "requests per second, Poisson arrivals (open loop)"),
-            _c(f"  duration_s: {ask.duration_s:g}", "seconds of arrivals; the run ends when the last is served"),
+            _c(f"  duration_s: {seconds:g}", said),
         ]
     else:
         clients = ask.concurrency or 1
+        count = int(length.value) if length else 4 * clients
         load = [
             _c(f"  concurrency: {clients}", "closed loop: each client sends its next request when its last one ends"),
-            _c(f"  requests: {4 * clients}", "four requests per client"),
+            _c(f"  requests: {count}", length.why if length else "four requests per client"),
         ]
     pool = f"tp: {layout.tp}, weights: {layout.weights}, kv_cache: {KV_CACHE}"
     lines = [
@@ -160,9 +173,29 @@ def starter(ask: Ask, command: str = "phaseplan init") -> str:
         why.append(sized)
     else:
         why.append("One instance per pool: a closed loop's clients wait for their answers, it cannot overload.")
-    text = _text(ask, layout, command, why)
+    sized = _validate(_text(ask, layout, command, why))
+    text = _text(ask, layout, command, why, _length(ask, sized))
     _check_work(_validate(text))
     return text
+
+
+def _length(ask: Ask, sc: Scenario) -> Length | None:
+    """The run's length: the one asked for (`--duration-s`), else one long enough to show a steady state
+    (`results.steady.run_length`), from a request's lifetime as the bounds estimate it (a prompt's prefill,
+    then its answer at the decode step of the batch the load keeps) — rounded up to a whole minute."""
+    if ask.duration_s is not None and ask.open_loop_rate is not None:
+        return None
+    clients = ask.concurrency or 1
+    rate = ask.open_loop_rate
+    load = Offered(rate or 1.0, ask.prompt_tokens, ask.prompt_tokens, ask.output_tokens)
+    bounds = Bounds(SLO.parse(None, sc))
+    batch = None if rate is not None else clients
+    life = bounds.prefill_s(sc, load, None) + ask.output_tokens * bounds.decode_step_s(sc, load, None, batch)
+    if rate is None:  # a closed loop issues about one request per client per lifetime
+        per_client = math.ceil(run_length(life, clients / life) * clients / life / clients)
+        return Length(per_client * clients, f"{per_client} per client: enough to measure a steady state")
+    seconds = 60 * math.ceil(run_length(life, rate) / 60)
+    return Length(seconds, f"seconds of arrivals, enough to measure a steady state (a request lives ~{life:,.0f} s)")
 
 
 def _check_work(sc: Scenario) -> None:

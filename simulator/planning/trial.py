@@ -1,9 +1,12 @@
-"""One trial: a candidate scenario simulated against the SLO, stopped as soon as the SLO is certainly missed.
+"""One trial: a candidate scenario simulated against the SLO, stopped as soon as the SLO is certainly missed,
+and lengthened until its verdict is precise (`stopping`).
 
-A run that already has more requests over a limit than the p95 of every request it can still complete
-allows is stopped there: its verdict is the one the whole run would reach, at a fraction of the cost. That
-is what makes a bisection on the rate, or a search over configurations, affordable — most candidates fail.
-The outcome is plain JSON-ready data, so a trial can run in another process or on a Ray worker.
+A run is judged on its steady-state window (`results.steady`), which starts no later than the middle of the
+arrivals. So a run that already has more requests over a limit, among those that arrived after that middle
+(surely in the window), than the p95 of every request it can still complete allows, is stopped there: its
+verdict is the one the whole run would reach, at a fraction of the cost. That is what makes a bisection on the
+rate, or a search over configurations, affordable — most candidates fail. The outcome is plain JSON-ready
+data, so a trial can run in another process or on a Ray worker.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from simulator.budget import Limits, check
 from simulator.config.scenario import Scenario
 from simulator.engine.simulation import Simulation
 from simulator.errors import InputError
+from simulator.planning import stopping
 from simulator.planning.slo import CANNOT_SUSTAIN, DOES_NOT_FIT, MISSES_ATTAINMENT, MISSES_TPOT, MISSES_TTFT, SLO
 from simulator.planning.spread import drawn_profile
 from simulator.results.metrics import build_metrics
@@ -40,6 +44,7 @@ class Trial:
     slo: SLO | None = None
     profile_draw: int | None = None
     limits: Limits | None = None
+    lengthen: bool = True  # False: one run as given (a trial re-priced at the length it was judged on)
 
 
 class _Missed(Exception):
@@ -53,11 +58,12 @@ class _Watch:
 
     With at most `most` requests completing, p95 (numpy's linear interpolation) exceeds a limit as soon as
     `most - floor(0.95 (most - 1))` of them do: the value at that rank is then over the limit for any final
-    count up to `most`, since the rank needed only grows with the count.
+    count up to `most`, since the rank needed only grows with the count. Only requests arriving from `since` on
+    are counted: those are in the window whatever warm-up it cuts, so the count holds for the window's p95.
     """
 
-    def __init__(self, slo: SLO, most: int, records: dict[int, RequestRecord]) -> None:
-        self.slo, self.most, self.records = slo, most, records
+    def __init__(self, slo: SLO, most: int, records: dict[int, RequestRecord], since: float) -> None:
+        self.slo, self.most, self.records, self.since = slo, most, records, since
         self.every = max(1, most // CHECKS)
         self.over_p95 = most - math.floor(0.95 * (most - 1))
 
@@ -70,7 +76,7 @@ class _Watch:
         ttft_lim, tpot_lim = slo.ttft_p95_ms + ROUNDING, slo.tpot_p95_ms + ROUNDING
         over_ttft = over_tpot = failed = 0
         for r in self.records.values():
-            if r.status == "pending":
+            if r.status == "pending" or r.arrival < self.since:
                 continue
             if r.status != "completed":
                 failed += 1
@@ -80,7 +86,7 @@ class _Watch:
             over_ttft += ttft > ttft_lim
             over_tpot += tpot > tpot_lim
             failed += ttft > slo.ttft_p95_ms or tpot > slo.tpot_p95_ms
-        tail = f"of at most {self.most:,} requests (stopped early after {done:,})"
+        tail = f"of at most {self.most:,} requests (stopped early after {done:,}; counted from {self.since:,.0f} s)"
         if over_ttft >= self.over_p95:
             raise _Missed(f"{MISSES_TTFT}: {over_ttft:,} {tail} took over {slo.ttft_p95_ms:,g} ms to the first token")
         if over_tpot >= self.over_p95:
@@ -126,9 +132,24 @@ def compact(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_trial(trial: Trial) -> dict[str, Any]:
-    """`{"meets", "reason", "stopped_early", "metrics"}`; a candidate that does not fit has no metrics."""
-    sc, slo = trial.scenario, trial.slo
+def surely_measured_from(sim: Simulation) -> float | None:
+    """A time from which every arrival is in the run's window: the middle of the arrivals, the latest a warm-up
+    cut may fall (`results.steady`), bounded before the run from its first arrival and its arrivals' end (the
+    arrival window, or a source's last request when none follows another); None where nothing bounds it."""
+    initial, t = sim.source.initial(), sim.sc.traffic
+    if not initial:
+        return None
+    first = initial[0].arrival
+    if t.duration_s is not None:
+        return (first + t.duration_s) / 2
+    if t.concurrency is None and t.sessions.turns == 1:
+        return (first + initial[-1].arrival) / 2
+    return None
+
+
+def _run(trial: Trial, sc: Scenario) -> dict[str, Any]:
+    """One run of `sc` against the trial's SLO: `{"meets", "reason", "stopped_early", "metrics"}`."""
+    slo = trial.slo
     try:
         check(sc, trial.base_dir, trial.limits)
     except InputError as e:
@@ -140,8 +161,9 @@ def run_trial(trial: Trial) -> dict[str, Any]:
         why = str(e).replace(f"{DOES_NOT_FIT}: ", "")
         return {"meets": False, "reason": f"{DOES_NOT_FIT}: {why}", "stopped_early": False, "metrics": None}
     most = most_requests(sim) if slo is not None else None
-    if slo is not None and most:
-        sim.on_progress = _Watch(slo, most, sim.records)
+    since = surely_measured_from(sim)
+    if slo is not None and most and since is not None:
+        sim.on_progress = _Watch(slo, most, sim.records, since)
     reason, stopped = None, False
     try:
         sim.run()
@@ -155,3 +177,30 @@ def run_trial(trial: Trial) -> dict[str, Any]:
     if reason is not None and reason.startswith((MISSES_TTFT, CANNOT_SUSTAIN)):
         reason = backlog(sim.records, slo.ttft_p95_ms) or reason
     return {"meets": reason is None, "reason": reason, "stopped_early": stopped, "metrics": metrics}
+
+
+def run_trial(trial: Trial) -> dict[str, Any]:
+    """`{"meets", "reason", "stopped_early", "metrics", "overrides", "doublings", "precision"}`: the verdict of the
+    last run, lengthened by the stopping rule (`stopping`; a trial without an SLO runs once, as given), the
+    overrides that make its length (empty: the scenario's own), and its binding metric's relative half-width. A
+    candidate that does not fit has no metrics."""
+    sc, slo = trial.scenario, trial.slo
+    out = _run(trial, sc)
+    over: dict[str, Any] = {}
+    n = 0
+    while trial.lengthen and slo is not None and n < stopping.DOUBLINGS and out["metrics"] and not out["stopped_early"]:
+        if stopping.precise(out["metrics"], slo):
+            break
+        k = min(stopping.doublings_needed(stopping.binding_precision(out["metrics"], slo)), stopping.DOUBLINGS - n)
+        nxt = stopping.longer(sc, 2**k)
+        if nxt is None:
+            break
+        longer = stopping.lengthened(sc, *nxt)
+        try:
+            check(longer, trial.base_dir, trial.limits)
+        except InputError:
+            break  # the work limits cap the trial where they stand
+        sc, over, n = longer, {nxt[0]: nxt[1]}, n + k
+        out = _run(trial, sc)
+    precision = stopping.binding_precision(out["metrics"], slo) if slo is not None and out["metrics"] else None
+    return {**out, "overrides": over, "doublings": n, "precision": None if precision is None else round(precision, 4)}

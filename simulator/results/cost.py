@@ -19,17 +19,14 @@ def generating(metrics: dict[str, Any]) -> bool:
     return bool(metrics["completed"]) and metrics["output_tokens"] / metrics["completed"] >= GENERATING
 
 
-def fleet_usd(metrics: dict[str, Any], gpu_hour_usd: float) -> float:
-    """What the fleet cost over the run's span."""
-    return metrics["gpus"] * gpu_hour_usd * metrics["duration_s"] / 3600.0
-
-
 def per_mtok(metrics: dict[str, Any], gpu_hour_usd: float) -> dict[str, Any]:
-    """`{"cost_per_mtok_usd", "cost_basis", "cost_per_m_output_tok_usd", "cost_per_m_total_tok_usd"}`."""
-    usd = fleet_usd(metrics, gpu_hour_usd)
-    out, total = metrics["output_tokens"], metrics["output_tokens"] + metrics["input_tokens"]
-    per_out = round(usd / (out / 1e6), 4) if out else None
-    per_all = round(usd / (total / 1e6), 4) if total else None
+    """`{"cost_per_mtok_usd", "cost_basis", "cost_per_m_output_tok_usd", "cost_per_m_total_tok_usd"}`: the fleet's
+    price per second over the tokens it serves per second, as the Result reads them (its steady-state window)."""
+    usd_per_s = metrics["gpus"] * gpu_hour_usd / 3600.0
+    out = metrics["output_tokens_per_s"]
+    total = out + metrics["input_tokens_per_s"]
+    per_out = round(usd_per_s / (out / 1e6), 4) if out else None
+    per_all = round(usd_per_s / (total / 1e6), 4) if total else None
     gen = generating(metrics)
     return {
         "cost_per_mtok_usd": per_out if gen else per_all,

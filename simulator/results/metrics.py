@@ -9,16 +9,11 @@ import numpy as np
 
 from simulator.results.record import InstanceRun, PoolRun, RunRecord
 from simulator.results.retries import retry_metrics
+from simulator.results.service import service, windowed
+from simulator.results.steady import METHOD
 
 SERIES_POINTS = 120
 EVENTS_KEPT = 200  # integrity aborts listed in a Result (all are counted)
-
-
-def percentiles(values: np.ndarray) -> dict[str, float | None]:
-    if values.size == 0:
-        return {"p50": None, "p95": None, "p99": None}
-    p = np.percentile(values, [50, 95, 99])
-    return {"p50": round(float(p[0]), 4), "p95": round(float(p[1]), 4), "p99": round(float(p[2]), 4)}
 
 
 def _occupancy(run: RunRecord, end: float) -> dict[str, Any]:
@@ -50,7 +45,23 @@ def _occupancy(run: RunRecord, end: float) -> dict[str, Any]:
     }
 
 
+FULL_RUN = (
+    "duration_s",
+    "output_tokens_per_s",
+    "input_tokens_per_s",
+    "output_tokens_per_s_per_gpu",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "slo_attainment",
+    "cost_per_mtok_usd",
+)
+
+
 def build_metrics(run: RunRecord) -> dict[str, Any]:
+    """The Result's metrics: the service figures over the steady-state window (`steady`), with their intervals,
+    and under `full_run` the same figures over the whole run, fill and drain included, as a benchmark such as
+    bench_serving measures it (what `phaseplan validate` compares). Counts are the whole run's."""
     sc = run.scenario
     recs = run.requests
     done = [r for r in recs if r.status == "completed"]
@@ -77,7 +88,11 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
     hits = sum(i.hit_tokens for i in entry)
     counters = [i.counters for p in run.pools.values() for i in p.instances]
     decode = run.pools["decode"].instances
-    usd = gpus * price * span / 3600.0
+    full = {
+        "duration_s": round(span, 6),
+        **service(ttft, tpot, e2e, out_tok, in_tok, span, gpus, price, round(slo_ok / len(recs), 4) if recs else None),
+    }
+    window = windowed(run, end, gpus, price) if recs else _no_window(full)
     out = {
         "requests": len(recs),
         "completed": len(done),
@@ -92,16 +107,9 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
         "duration_s": round(span, 6),
         "output_tokens": out_tok,
         "input_tokens": in_tok,
-        "output_tokens_per_s": round(out_tok / span, 3),
-        "input_tokens_per_s": round(in_tok / span, 3),
-        "output_tokens_per_s_per_gpu": round(out_tok / span / gpus, 3),
-        "ttft_ms": percentiles(ttft),
-        "tpot_ms": percentiles(tpot),
-        "e2e_ms": percentiles(e2e),
+        **window,
         "max_running": max(i.max_batch for i in decode),
         "kv_occupancy": _occupancy(run, end),
-        "slo_attainment": round(slo_ok / len(recs), 4) if recs else None,
-        "cost_per_mtok_usd": round(usd / (out_tok / 1e6), 4) if out_tok else None,
         "prefix_hit_rate": round(hits / lookups, 4) if lookups else 0.0,
         # prompt tokens a decode instance already held (session affinity): their KV was not transferred
         "transfer_tokens_saved": sum(r.cached_tokens for r in recs),
@@ -110,6 +118,7 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
             name: round(sum(i.busy_s for i in p.instances) / (len(p.instances) * span), 4)
             for name, p in run.pools.items()
         },
+        "full_run": {k: full[k] for k in FULL_RUN},
     }
     if sc.traffic.retries.max:  # clients retry failed requests: what the retries cost
         out["retries"] = retry_metrics(recs, sc.traffic.retries.on)
@@ -118,6 +127,13 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
     if ranked:
         out["dp_ranks"] = ranked
     return out
+
+
+def _no_window(full: dict[str, Any]) -> dict[str, Any]:
+    """A run no request arrived in: its (empty) figures, and no window."""
+    figures = {k: v for k, v in full.items() if k != "duration_s"}
+    state = {"reached": False, "why": "no request arrived", "warmup_cut_s": 0.0, "method": METHOD}
+    return {"window_s": [0.0, 0.0], "steady_state": state, **figures, "ci95": None}
 
 
 def build_integrity(run: RunRecord) -> dict[str, Any]:

@@ -57,10 +57,56 @@ def _fmt(v: Any) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
+def _pm(value: float | None, ci: list[float] | None) -> str:
+    """` ± 3%`: an interval's half-width as a share of its figure ('' without either)."""
+    if value is None or ci is None or value == 0:
+        return ""
+    return f" ± {(ci[1] - ci[0]) / 2 / abs(value):.0%}"
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.0f} ms" if v >= 100 else f"{v:,.1f} ms"
+
+
+def _headline(m: dict[str, Any], ci: dict[str, Any]) -> str:
+    """Throughput, p95 TTFT and TPOT and cost of a set of figures, each with its interval where `ci` has one."""
+    tput = m["output_tokens_per_s"]
+    out = [f"output {tput:,.0f} tok/s{_pm(tput, ci.get('output_tokens_per_s'))}"]
+    for label, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms")):
+        v = m[key]["p95"]
+        if v is not None:
+            out.append(f"{label} p95 {_ms(v)}{_pm(v, (ci.get(key) or {}).get('p95'))}")
+    cost = m["cost_per_mtok_usd"]
+    if cost is not None:
+        out.append(f"${cost:,.2f} per M output tokens{_pm(cost, ci.get('cost_per_mtok_usd'))}")
+    return ", ".join(out)
+
+
+def window_lines(m: dict[str, Any]) -> list[str]:
+    """What a Result's figures were read over, said once: the steady-state window with its warm-up cut and the
+    headline figures' 95% intervals (or why the run shows no steady state), and the whole run's figures as a
+    benchmark measures them. `steady state from 41 s to 600 s: …, TTFT p95 1,102 ms ± 3%, …`."""
+    w, state = m["window_s"], m["steady_state"]
+    where = f"from {w[0]:,.0f} s to {w[1]:,.0f} s"
+    if state["reached"]:
+        head = f"steady state {where} (warm-up cut by MSER-5; {state['batches']} batches of {state['batch_s']:,.0f} s)"
+    else:
+        head = f"NO STEADY STATE: {state['why']}; figures {where}, latency without an interval"
+    tw = state.get("throughput_s", w)
+    if tw != w:  # open-loop arrivals have no warm-up: throughput counts all of them (results/service.py)
+        head += f"; throughput and cost over every arrival, {tw[0]:,.0f} s to {tw[1]:,.0f} s"
+    return [
+        f"{head}: {_headline(m, m.get('ci95') or {})}",
+        f"whole run, fill and drain included (as a benchmark measures it): {_headline(m['full_run'], {})}",
+    ]
+
+
 def print_run(console: Console, result: dict[str, Any]) -> None:
     m, it = result["metrics"], result["integrity"]
     text = Folding(console)
     text.print(styled((result["scenario"]["name"], "bold"), f"  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)"))
+    for line in window_lines(m):
+        text.print(line)
     t = Table("metric", "value", show_header=False)
     rows = [
         ("output tokens/s (per GPU)", f"{_fmt(m['output_tokens_per_s'])} ({_fmt(m['output_tokens_per_s_per_gpu'])})"),

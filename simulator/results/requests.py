@@ -2,7 +2,8 @@
 
 The Result carries percentiles; these are the requests behind them, with times computed exactly as
 `metrics.build_metrics` computes them (and written at full precision), so percentiles recomputed from the CSV
-equal the Result's.
+equal the Result's: over every completed request, its `full_run` figures; over those that arrived in its
+`window_s`, its steady-state figures.
 """
 
 from __future__ import annotations

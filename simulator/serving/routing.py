@@ -9,8 +9,8 @@ random; a run must repeat).
 The policies, each as its source describes it (docs/routing.md has the verbatim sources):
 
 * `cache_aware` — SGLang's router default (sgl-project/sglang sgl-model-gateway src/policies/cache_aware.rs
-  @ b93974f140de; its Python launcher's defaults, router_args.py, also vendored in tests/fixtures/engines/
-  sglang-router-0.3.2). A worker's load is the requests the router has in flight there. When the loads are
+  @ b93974f140de and the sglang-router 0.3.2 sdist's src/policies/cache_aware.rs; its launcher's defaults,
+  src/sglang_router/router_args.py). A worker's load is the requests the router has in flight there. When the loads are
   imbalanced — max − min > `balance_abs_threshold` (64) and max > `balance_rel_threshold` (1.5) × min — the least
   loaded worker; else the worker holding the longest prefix of the request in the router's tree if the match
   covers more than `cache_threshold` (0.3) of the prompt, else the least loaded. The tree holds the routed request

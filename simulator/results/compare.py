@@ -1,0 +1,68 @@
+"""Two Results side by side: each headline figure of A and B with B's change, and which figures reverse when the
+same two runs are priced another way (another kernel profile of the GPU, another engine preset).
+
+The app's Compare view prints the table and the reversal notice; `sweep` and `plan` print the reversal in one line
+(`planning.pricings`): the same figures, the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.config.sweep import lookup
+
+# (label, dotted path into the Result, unit, True when higher is better)
+ROWS: list[tuple[str, str, str, bool]] = [
+    ("output throughput", "metrics.output_tokens_per_s", "tok/s", True),
+    ("output per GPU", "metrics.output_tokens_per_s_per_gpu", "tok/s", True),
+    ("input throughput", "metrics.input_tokens_per_s", "tok/s", True),
+    ("TTFT p50", "metrics.ttft_ms.p50", "ms", False),
+    ("TTFT p95", "metrics.ttft_ms.p95", "ms", False),
+    ("TPOT p50", "metrics.tpot_ms.p50", "ms", False),
+    ("TPOT p95", "metrics.tpot_ms.p95", "ms", False),
+    ("E2E p95", "metrics.e2e_ms.p95", "ms", False),
+    ("SLO attainment", "metrics.slo_attainment", "%", True),
+    ("cost", "metrics.cost_per_mtok_usd", "$/M tok", False),
+    ("max running", "metrics.max_running", "requests", True),
+    ("preempted", "metrics.preempted", "requests", False),
+    ("KV occupancy max", "metrics.kv_occupancy.max", "%", False),
+    ("completed", "metrics.completed", "requests", True),
+    ("GPUs", "metrics.gpus", "GPUs", False),
+]
+HEADLINE = ("output throughput", "TTFT p95", "TPOT p95", "SLO attainment", "cost")
+
+
+@dataclass(frozen=True)
+class Delta:
+    label: str
+    unit: str
+    a: float | None
+    b: float | None
+    change: float | None  # b - a (for a share: in points, not relative)
+    ratio: float | None  # b / a - 1; None for a share, whose relative change misleads (+632% of a 11% share)
+    better: bool | None  # whether b is better than a; None when equal or not comparable
+
+
+def deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
+    """Every ROWS figure of two Results, with B's change from A."""
+    out = []
+    for label, path, unit, higher in ROWS:
+        x, y = lookup(a, path), lookup(b, path)
+        change = ratio = better = None
+        if x is not None and y is not None:
+            change = y - x
+            ratio = (y / x - 1) if x and unit != "%" else None
+            better = None if y == x else (y > x) == higher
+        out.append(Delta(label, unit, x, y, change, ratio, better))
+    return out
+
+
+def reversals(one: list[Delta], other: list[Delta]) -> list[tuple[Delta, Delta]]:
+    """The headline figures on which B beats A priced one way and loses to it priced the other."""
+    by_label = {d.label: d for d in other}
+    return [
+        (d, by_label[d.label])
+        for d in one
+        if d.label in HEADLINE and d.better is not None and by_label[d.label].better is (not d.better)
+    ]
