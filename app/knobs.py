@@ -14,8 +14,8 @@ from typing import Any, get_args
 from pydantic import ValidationError
 
 from simulator.config import loader, presets
-from simulator.config.scenario import Length, Routing, Scenario
-from simulator.config.specs import KVFormat, WeightFormat
+from simulator.config.scenario import Length, Scenario
+from simulator.config.specs import KVFormat, RoutingPolicy, WeightFormat
 from simulator.errors import InputError
 
 POOL_FIELDS = ("instances", "tp", "ep", "weights", "kv_cache", "mem_fraction", "host_tier_gib")
@@ -23,7 +23,7 @@ SCENARIO_GPU = None  # a pool's GPU knob at "the scenario's hardware" (`--set de
 # The choices are the schema's own, so a format or policy the simulator gains shows up in the page.
 WEIGHT_FORMATS: list[str] = list(get_args(WeightFormat))
 KV_FORMATS: list[str] = list(get_args(KVFormat))
-ROUTING: list[str] = list(get_args(Routing.model_fields["policy"].annotation))
+ROUTING: list[str] = list(get_args(RoutingPolicy))
 LENGTH_DISTS = ["fixed", "uniform", "lognormal"]  # empirical lengths come from a file the page does not edit
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]

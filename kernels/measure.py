@@ -232,6 +232,14 @@ def _integrity(s: dict, dev: str) -> Op:
 
 
 def _elementwise(s: dict, dev: str) -> Op:
+    """A GPU engine fuses a norm, an activation or a RoPE into one pass over the bytes: a scaled copy. The CPU replay
+    runs them as torch reference ops, several passes each; its most frequent is an RMSNorm (two a layer and the
+    final one), timed here over the bytes' worth of BF16 rows (read, weight, write: about 8 bytes an element)."""
+    if dev == "cpu":
+        width = 256
+        x = _rand(max(1, s["bytes"] // 8 // width), width, device=dev)
+        w = torch.ones(width, dtype=x.dtype, device=dev)
+        return lambda: torch.nn.functional.rms_norm(x, (width,), w)
     x = _rand(max(1, s["bytes"] // 4), device=dev)
     y = torch.empty_like(x)
     return lambda: torch.mul(x, 1.5, out=y)

@@ -472,7 +472,12 @@ def replay(
 @cli.command()
 @scenario_arg
 @device_option
-@click.option("--profile", "profile_path", help="Profile the simulation prices by (default: the scenario's).")
+@click.option(
+    "--profile",
+    "profile_path",
+    help="Profile the simulation prices by: a file, or 'here' to time the scenario's op shapes on the device in this "
+    "run (the default on the CPU; on a GPU the scenario's profile).",
+)
 @json_option
 @budget_option
 @set_option
@@ -610,8 +615,6 @@ def presets() -> None:
     t.add_row("hardware", ", ".join(p.names("hardware")))
     t.add_row("engines", ", ".join(p.names("engines")))
     console.print(t)
-
-
 
 
 planner.register(cli, scenario_arg, json_option, set_option, work_options, console, dump)

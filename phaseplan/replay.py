@@ -93,7 +93,8 @@ def compare_command(
         "sim",
         "replay",
         "rel_error",
-        title=f"sim (profile {prov['file'] or prov['profile_source']}) vs replay on {doc['replay']['device']}",
+        title=f"sim (profile {'timed here' if 'measured_here' in doc else prov['file'] or prov['profile_source']}) "
+        f"vs replay on {doc['replay']['device']}",
     )
     for name, m in doc["metrics"].items():
         t.add_row(name, _num(m["sim"]), _num(m["replay"]), _pct(m["rel_error"]))
@@ -109,10 +110,22 @@ def compare_command(
         f.add_row(name, _num(m["priced_ms"]), _num(m["measured_ms"]), _pct(m["rel_error"]))
     console.print(f)
     console.print("rel_error = sim / replay − 1; collectives and the KV transfer link are priced on both sides")
+    here = doc.get("measured_here")
+    if here:
+        n = here["noise"]
+        console.print(
+            f"op shapes timed here, in this run: {here['shapes']:,} shapes in {here['seconds']:.0f} s; timing noise "
+            f"±{_share(n['timing_noise'])} (a shape's samples ±{_share(n['shape_spread'])}, re-timed after the replay "
+            f"{_share(n['drift'])} off, the replay's repeated steps ±{_share(n['replay_spread'])})"
+        )
 
 
 def _num(x: float | None) -> str:
     return "—" if x is None else f"{x:.4g}"
+
+
+def _share(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1%}"
 
 
 def _pct(x: float | None) -> str:

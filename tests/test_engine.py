@@ -86,6 +86,21 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
             "deployment.decode.mem_fraction": 0.2,
             "traffic.rate": 12.0,
         },
+        # the engines' routers over colocated instances short of pages, with shared prefixes: in-flight counts,
+        # the router's prefix tree, waiting queues, KV use and polled token loads read mid-run
+        *(
+            {
+                "routing.policy": policy,
+                "deployment.mode": "colocated",
+                "deployment.decode.instances": 3,
+                "deployment.decode.mem_fraction": 0.13,
+                "deployment.decode.decode_reserve_tokens": 16,
+                "traffic.rate": 20.0,
+                "traffic.sessions.turns": 3,
+                "traffic.output_tokens": {"dist": "lognormal", "median": 500, "sigma": 0.6, "max": 3000},
+            }
+            for policy in ("cache_aware", "scorers", "power_of_two")
+        ),
         # transfers land mid-run on instances short of pages: prefix reuse, eviction order and preemption
         {
             "routing.policy": "prefix_aware",
@@ -219,6 +234,9 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
         "colocated-chunked",
         "pressure-faults",
         "least-kv-routing",
+        "cache-aware-routing",
+        "scorers-routing",
+        "power-of-two-routing",
         "prefix-aware-preemption",
         "transfers-after-preemption",
         "admission-after-preemption",
@@ -371,6 +389,8 @@ def _drawn(k: int) -> dict[str, Any]:
     }
     if rng.random() < 0.3:
         over["integrity.fault_rate"] = pick(0.0005, 0.005)
+    if rng.random() < 0.5:  # drawn last, so the draws above stay those the fuzzing found bugs with
+        over["routing.policy"] = pick("cache_aware", "scorers", "power_of_two")
     return over
 
 

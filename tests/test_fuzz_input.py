@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
@@ -152,6 +152,7 @@ def test_fuzz_examples(tmp_path_factory: pytest.TempPathFactory) -> None:
     from hypothesis import strategies as st
 
     from simulator.config import loader
+    from simulator.config.specs import RoutingPolicy
 
     paths = schema_paths()
     hostile = st.one_of(
@@ -181,7 +182,7 @@ def test_fuzz_examples(tmp_path_factory: pytest.TempPathFactory) -> None:
         "deployment.decode.weights": st.sampled_from(["bf16", "fp8", "int4"]),
         "integrity.fault_rate": st.floats(0, 0.05),
         "prefix_cache.enabled": st.booleans(),
-        "routing.policy": st.sampled_from(["round_robin", "least_kv", "session_affinity", "prefix_aware"]),
+        "routing.policy": st.sampled_from(list(get_args(RoutingPolicy))),
         "seed": st.integers(0, 2**32),
         "slo.ttft_p95_ms": st.floats(1, 1e4),
     }

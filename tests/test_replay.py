@@ -232,3 +232,41 @@ def test_a_folded_verify_reads_each_cache_once_and_its_last_rows_equal_plain_dec
     assert folded.shape == rows.shape
     last = [i * q_rows + q_rows - 1 for i in range(len(cached))]
     assert torch.allclose(folded[last], rows[last], atol=1e-5, rtol=1e-5)
+
+
+def test_compare_on_the_cpu_times_the_scenarios_op_shapes_in_the_same_run(monkeypatch: Any) -> None:
+    """`compare --device cpu` prices the simulation by the scenario's op shapes timed between the replay's steps,
+    and reports its timing noise: each shape's own spread and how far a re-timed fifth moved by the end."""
+    import kernels.executor.compare as cmp
+    from kernels.profiler import flat
+    from kernels.scenario_profile import scenario_shapes
+
+    total = len(flat(scenario_shapes(tiny(), SCENARIO.parent)))
+    timed: list[int] = []  # at each shape timed, how many times the replay had handed over between its steps
+    steps = [0]
+
+    def time_op(family: str, shape: Any, device: str) -> dict[str, float]:  # 100 µs ± 10%, then 10% slower
+        us = 100.0 if len(timed) < total else 110.0
+        timed.append(steps[0])
+        return {"median_us": us, "p10_us": us * 0.9, "p90_us": us * 1.1}
+
+    between = cmp.ShapeTimer.between
+
+    def counted(self: Any) -> None:
+        steps[0] += 1
+        between(self)
+
+    monkeypatch.setattr(cmp, "time_op", time_op)
+    monkeypatch.setattr(cmp.ShapeTimer, "between", counted)
+    doc = cmp.compare(tiny(), SCENARIO.parent, "cpu")
+    here = doc["measured_here"]
+    assert here["shapes"] == total and len(timed) == total + len(range(0, total, cmp.PROBE_EVERY))
+    assert timed[: cmp.PER_STEP * 2] == [1] * cmp.PER_STEP + [2] * cmp.PER_STEP  # a few after each executed step
+    assert math.isclose(here["noise"]["drift"], 0.1) and math.isclose(here["noise"]["shape_spread"], 0.1)
+    assert here["noise"]["timing_noise"] >= 0.1
+    assert doc["profile"]["file"] is None and doc["profile"]["profile_source"] == "measured"  # timed here
+    assert doc["metrics"]["output_tokens_per_s"]["rel_error"] is not None
+    assert doc["families"]["gemm"]["priced_ms"] > 0  # the sampled steps priced by the shapes timed here
+    # a profile named is priced by, and nothing is timed
+    doc = cmp.compare(tiny(), SCENARIO.parent, "cpu", profile=str(SCENARIO.parent / "../profiles/cpu-tiny.json"))
+    assert "measured_here" not in doc and doc["profile"]["file"].endswith("cpu-tiny.json")

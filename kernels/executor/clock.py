@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,9 @@ class Families:
 
     steps: int = 0
     measured: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # each sampled step as the cost model prices it: (pool, decode batch, its context tokens, its pages, chunks), so
+    # `compare` can price them again by a profile it measured meanwhile
+    sampled: list[tuple[str, int, int, int, list[tuple[int, int]]]] = field(default_factory=list)
     priced: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
@@ -72,6 +76,7 @@ class ReplayClock:
         budget_s: float = 120.0,
         samples: int = 3,
         shared: dict[tuple[Any, ...], RankModel] | None = None,
+        between: Callable[[], None] | None = None,
     ) -> None:
         """`shared`: rank models kept across replays of one process (a sweep on one GPU builds a rank once)."""
         if any(p.dp > 1 for p in sc.deployment.pools().values()):
@@ -80,6 +85,7 @@ class ReplayClock:
         self.sampler = Sampler(samples, budget_s)
         self.cost = CostTimer()  # the modeled clock's times, and the price of a step no bucket measured
         self.shared = {} if shared is None else shared
+        self.between = between  # run after each executed step (`compare` times op shapes there, under the same load)
         self.sw = Stopwatch(dev)
         self.runners: dict[str, RankModel] = {}
         self.kv: dict[tuple[str, int], PagedKV] = {}
@@ -263,6 +269,8 @@ class ReplayClock:
         bucket.samples.append(step)
         if self.sampler.wants_families(bucket, self.device_s):
             self._sample_families(inst, runner, plan, kv, check)
+        if self.between is not None:
+            self.between()
         return step, check
 
     # -- internals -------------------------------------------------------------------------------------------
@@ -304,9 +312,10 @@ class ReplayClock:
         if check:
             f.measured["integrity_check"] += check
         d = plan.decode
+        step = (inst.pool_name, len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d))
         chunks = [(c, s.computed) for s, c in plan.prefill]
-        priced = inst.cost.breakdown(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
-        for fam, s in priced.items():
+        f.sampled.append((*step, chunks))
+        for fam, s in inst.cost.breakdown(*step[1:], chunks).items():
             if fam not in COLLECTIVES:
                 f.priced[fam] += s
 

@@ -1,17 +1,39 @@
 """`phaseplan compare`: the same scenario simulated (priced by a profile of the device) and replayed on the
 device; every headline metric side by side with rel_error = sim / replay − 1, then the op families of the
-sampled steps, the profile's price against the executor's measured time."""
+sampled steps, the profile's price against the executor's measured time.
+
+On the CPU the profile is measured here, in the same run (`--profile here`, the CPU's default): every op shape
+the scenario's steps produce is timed between the replay's executed steps, a few at a time, on this machine and
+under the load the replay runs under, so the verdict is about the model rather than about where and when it ran (a
+profile measured on another machine read −41% / +72% on a loaded one). The simulation, and the op families of the
+replay's sampled steps, are priced by it. The timing noise is reported beside it: the spread of each shape's own
+samples, how far a re-timed fifth of the shapes moved by the end, and the spread of the replay's repeated steps.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import statistics
+import time
+import zlib
 from pathlib import Path
 from typing import Any
 
-from kernels.executor.replay import replay
+from kernels.executor.device import prepare
+from kernels.executor.replay import device_name, replay
+from kernels.measure import time_op
+from kernels.profiler import flat, unmeasurable
+from kernels.scenario_profile import scenario_shapes
 from simulator.config.scenario import Scenario
 from simulator.engine.run import simulate
+from simulator.pricing.costmodel import CostModel
+from simulator.pricing.ops import COLLECTIVES
+from simulator.pricing.profile import Profile
 
 SKIP = frozenset({"requests", "gpus"})  # inputs, not outcomes
+HERE = "here"  # --profile here: the scenario's op shapes timed on this device, in this run
+PROBE_EVERY = 5  # after the replay, every 5th shape is timed again: how far the machine moved meanwhile
+PER_STEP = 4  # shapes timed after each executed step of the replay
 
 
 def flatten(metrics: dict[str, Any]) -> dict[str, float]:
@@ -36,6 +58,70 @@ def _rel(sim: float | None, rep: float | None) -> float | None:
     return round(sim / rep - 1.0, 4)
 
 
+def _key(family: str, shape: dict[str, Any]) -> tuple[str, str]:
+    return family, repr(sorted(shape.items()))
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 4) if xs else None
+
+
+def _replay_spread(timer: Any) -> float | None:
+    """Half the range of a bucket's repeated step times over their median, the median over buckets."""
+    buckets = [b for b in timer.sampler.buckets.values() if len(b.samples) > 1]
+    return _median([(max(b.samples) - min(b.samples)) / 2 / b.time() for b in buckets])
+
+
+class ShapeTimer:
+    """The scenario's op shapes timed on the device a few at a time between the replay's executed steps, in an
+    order that mixes the families, so every family's table is timed over the replay's whole run and load; what the
+    replay leaves is timed after it, and then every PROBE_EVERY-th shape once more (the drift)."""
+
+    def __init__(self, sc: Scenario, base_dir: Path | None, device: str) -> None:
+        prepare(device)  # one CPU thread, as the replay runs
+        self.device = device
+        self.shapes = sorted(flat(scenario_shapes(sc, base_dir)), key=_spread_key)
+        self.timed: dict[tuple[str, str], dict[str, Any]] = {}
+        self.next = 0
+        self.seconds = 0.0
+
+    def _time(self, shapes: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
+        """Each measurable shape's median and spread (a shape that cannot be timed is left to the roofline)."""
+        t0 = time.monotonic()
+        out = {}
+        for family, s in shapes:
+            if unmeasurable(family, s) is None:
+                out[_key(family, s)] = {"family": family, "shape": s, **time_op(family, dict(s), self.device)}
+        self.seconds += time.monotonic() - t0
+        return out
+
+    def between(self) -> None:
+        """After an executed step of the replay: the next few shapes."""
+        if self.next < len(self.shapes):
+            self.timed.update(self._time(self.shapes[self.next : self.next + PER_STEP]))
+            self.next += PER_STEP
+
+    def finish(self) -> tuple[Profile, dict[str, Any]]:
+        """Time what the replay left, then the probe: the profile to price by, and the noise."""
+        if self.next < len(self.shapes):
+            self.timed.update(self._time(self.shapes[self.next :]))
+            self.next = len(self.shapes)
+        after = self._time(self.shapes[::PROBE_EVERY])
+        first = self.timed
+        drift = [abs(e["median_us"] / first[k]["median_us"] - 1) for k, e in after.items() if k in first]
+        spread = [(e["p90_us"] - e["p10_us"]) / 2 / e["median_us"] for e in first.values() if e["median_us"] > 0]
+        kernels: dict[str, list[tuple[Any, float]]] = {}
+        for e in first.values():
+            kernels.setdefault(e["family"], []).append((e["shape"], e["median_us"]))
+        profile = Profile(device_name(self.device), "measured", kernels, None, dt.datetime.now(dt.UTC).isoformat())
+        return profile, {"shape_spread": _median(spread), "drift": _median(drift)}
+
+
+def _spread_key(fs: tuple[str, dict[str, Any]]) -> int:
+    """A fixed pseudo-random order of the shapes (families mixed), the same on every run."""
+    return zlib.crc32(repr(_key(*fs)).encode())
+
+
 def compare(
     sc: Scenario,
     base_dir: Path | None,
@@ -44,29 +130,58 @@ def compare(
     budget_s: float = 120.0,
     shared: dict[Any, Any] | None = None,
 ) -> dict[str, Any]:
-    """`shared`: rank models kept across calls (see `ReplayClock`)."""
-    if profile is not None:
+    """`profile`: a profile file the simulation prices by, `here` (the CPU's default) to time the scenario's op
+    shapes on the device in this run, or None for the scenario's own. `shared`: rank models kept across calls
+    (see `ReplayClock`)."""
+    here = profile == HERE or (profile is None and device == "cpu")
+    timer_here = ShapeTimer(sc, base_dir, device) if here else None
+    if profile is not None and not here:
         sc = sc.model_copy(update={"profile": profile})
-    sim, _ = simulate(sc, base_dir)
-    replayed = replay(sc, base_dir, device, "measured", budget_s, shared)
+    between = timer_here.between if timer_here is not None else None
+    replayed = replay(sc, base_dir, device, "measured", budget_s, shared, between=between)
     rep, timer = replayed.result, replayed.timer
     timer.close()
+    measured: Profile | None = None
+    f = timer.families
+    priced = dict(f.priced)
+    if timer_here is not None:
+        measured, noise = timer_here.finish()
+        noise["replay_spread"] = _replay_spread(timer)
+        noise["timing_noise"] = max((v for v in noise.values() if v is not None), default=None)
+        priced = _priced_by(measured, sc, f.sampled)
+    sim, _ = simulate(sc, base_dir, profile=measured)
     a, b = flatten(sim["metrics"]), flatten(rep["metrics"])
     metrics = {k: {"sim": a[k], "replay": b.get(k), "rel_error": _rel(a[k], b.get(k))} for k in a}
-    f = timer.families
     families = {}
-    for fam in sorted(set(f.measured) | set(f.priced), key=lambda x: -f.measured.get(x, 0.0)):
-        priced = f.priced.get(fam, 0.0) * 1e3 / max(1, f.steps)
-        measured = f.measured.get(fam, 0.0) * 1e3 / max(1, f.steps)
-        families[fam] = {
-            "priced_ms": round(priced, 4),
-            "measured_ms": round(measured, 4),
-            "rel_error": _rel(priced, measured),
-        }
-    return {
+    for fam in sorted(set(f.measured) | set(priced), key=lambda x: -f.measured.get(x, 0.0)):
+        price = priced.get(fam, 0.0) * 1e3 / max(1, f.steps)
+        took = f.measured.get(fam, 0.0) * 1e3 / max(1, f.steps)
+        families[fam] = {"priced_ms": round(price, 4), "measured_ms": round(took, 4), "rel_error": _rel(price, took)}
+    out = {
         "metrics": metrics,
         "families": families,
         "sampled_steps": f.steps,
         "profile": sim["provenance"],
         "replay": rep["provenance"]["replay"],
     }
+    if timer_here is not None:
+        out["measured_here"] = {
+            "shapes": len(timer_here.shapes),
+            "seconds": round(timer_here.seconds, 1),
+            "noise": noise,
+        }
+    return out
+
+
+def _priced_by(profile: Profile, sc: Scenario, sampled: list[Any]) -> dict[str, float]:
+    """The replay's sampled steps priced by `profile`, in seconds per op family (collectives left out)."""
+    pools = sc.deployment.pools()
+    costs = {
+        name: CostModel(sc.model, sc.hardware, pool, profile, sc.integrity.enabled) for name, pool in pools.items()
+    }
+    out: dict[str, float] = {}
+    for name, batch, ctx, pages, chunks in sampled:
+        for fam, sec in costs[name].breakdown(batch, ctx, pages, chunks).items():
+            if fam not in COLLECTIVES:
+                out[fam] = out.get(fam, 0.0) + sec
+    return out

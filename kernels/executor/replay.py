@@ -5,6 +5,7 @@ where and what was priced under `provenance.replay`."""
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from kernels.executor.clock import ReplayClock
 from kernels.executor.device import prepare
 from simulator.config.scenario import Scenario
 from simulator.engine.run import simulate
+from simulator.pricing.profile import Profile
 from simulator.results.record import RunRecord
 
 
@@ -46,11 +48,15 @@ def replay(
     clock: str = "measured",
     budget_s: float = 120.0,
     shared: dict[Any, Any] | None = None,
+    profile: Profile | None = None,
+    between: Callable[[], None] | None = None,
 ) -> Replayed:
-    """The engine in step mode with the device timer in place of the cost model."""
+    """The engine in step mode with the device timer in place of the cost model. `profile`: what prices the steps
+    the device does not run (and the op families' price beside their measured time), else the scenario's;
+    `between`: run after each executed step."""
     dev = prepare(device)
-    timer = ReplayClock(sc, dev, clock, budget_s, shared=shared)
-    result, run = simulate(sc, base_dir, step_mode=True, timer=timer)
+    timer = ReplayClock(sc, dev, clock, budget_s, shared=shared, between=between)
+    result, run = simulate(sc, base_dir, step_mode=True, timer=timer, profile=profile)
     result["clock"] = clock
     result["provenance"]["replay"] = timer.provenance(device_name(device))
     return Replayed(result, run, timer)

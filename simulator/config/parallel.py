@@ -98,6 +98,7 @@ POOL_DEFAULTS: dict[str, Any] = {
     "expert_imbalance": 1.0,
     "speculative": None,
     "two_batch_overlap": False,
+    "max_preemptions": None,
 }
 
 

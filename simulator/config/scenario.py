@@ -19,7 +19,15 @@ from pydantic import (
 
 from simulator.config import parallel, presets, tiers
 from simulator.config.parallel import Speculative
-from simulator.config.specs import FP4_FORMATS, EngineSpec, HardwareSpec, KVFormat, ModelSpec, WeightFormat
+from simulator.config.specs import (
+    FP4_FORMATS,
+    EngineSpec,
+    HardwareSpec,
+    KVFormat,
+    ModelSpec,
+    RoutingPolicy,
+    WeightFormat,
+)
 from simulator.config.tiers import StorageTier
 
 
@@ -85,6 +93,11 @@ class Pool(Strict):
     )
     decode_reserve_tokens: NonNegativeInt = Field(
         256, description="Growth room, in tokens, a request must find free to be admitted."
+    )
+    max_preemptions: NonNegativeInt | None = Field(
+        None,
+        description="A request preempted this many times is aborted at its next preemption (a deployment's limit); "
+        "null: never (SGLang and vLLM recompute a preempted request however often).",
     )
     # DP attention, wide EP across nodes, speculative decoding (simulator/config/parallel.py; all off by default)
     nodes: PositiveInt = Field(1, description="Nodes one instance spans: tp GPUs over nodes × hardware.gpus_per_node.")
@@ -282,10 +295,40 @@ class PrefixCache(Strict):
     )
 
 
+class ScorerWeights(Strict):
+    """The `scorers` router's weights: the Gateway API inference extension's default profile (llm-d, the vLLM
+    production stack), config/charts/inferencepool/templates/epp-config.yaml (docs/routing.md)."""
+
+    queue: float = Field(2.0, description="Weight of the queue scorer (requests waiting on the instance).")
+    kv_cache: float = Field(2.0, description="Weight of the KV-cache-utilization scorer (1 − share of pages in use).")
+    prefix: float = Field(3.0, description="Weight of the prefix-cache scorer (share of the prompt's blocks matched).")
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ScorerWeights:
+        if self.queue + self.kv_cache + self.prefix <= 0:
+            raise ValueError("at least one scorer needs a positive weight (all 0 would send every request to one)")
+        return self
+
+
 class Routing(Strict):
-    policy: Literal["round_robin", "least_kv", "session_affinity", "prefix_aware"] = Field(
-        "least_kv", description="How a request picks its instance (least_kv: the fewest KV pages held)."
+    """How a request picks its instance: the engine's router unless `policy` names another (docs/routing.md)."""
+
+    policy: RoutingPolicy | None = Field(
+        None,
+        description="cache_aware (SGLang's router), power_of_two, scorers (llm-d / vLLM production stack), least_kv "
+        "(fewest prompt tokens queued, then KV pages), round_robin, session_affinity, prefix_aware; null: the "
+        "engine's router.",
     )
+    cache_threshold: float = Field(
+        0.3, description="cache_aware: route to the longest cached prefix when it covers more than this share."
+    )
+    balance_abs_threshold: int = Field(
+        64, description="cache_aware: loads are imbalanced when max − min in-flight requests exceeds this ..."
+    )
+    balance_rel_threshold: float = Field(
+        1.5, description="cache_aware: ... and max exceeds this times min; then the least loaded instance."
+    )
+    weights: ScorerWeights = Field(default_factory=ScorerWeights, description="scorers: each scorer's weight.")
 
 
 class Length(Strict):
@@ -367,6 +410,28 @@ class Agentic(Strict):
         return self.steps + self.subagents * self.subagent_steps
 
 
+class Retries(Strict):
+    """What a client does when its request fails: it sends it again after a backoff, up to `max` times. The backoff
+    is openai-python's (src/openai/_base_client.py `_calculate_retry_timeout`: min(0.5 s × 2^n, 8 s) × (1 − 0.25 ×
+    U[0, 1)) before retry n + 1; `_constants.py`: DEFAULT_MAX_RETRIES = 2); a benchmark client (SGLang's
+    bench_serving) counts a failed request and never sends it again, hence `max` 0 (docs/retries.md)."""
+
+    max: NonNegativeInt = Field(
+        0, description="Retries of one request after its first attempt (openai-python: 2); 0: none, as benchmarks."
+    )
+    backoff_s: NonNegativeFloat = Field(0.5, description="Seconds before the first retry (openai-python: 0.5).")
+    multiplier: float = Field(2.0, description="Each further retry waits this many times longer (openai-python: 2).")
+    max_backoff_s: NonNegativeFloat = Field(8.0, description="The longest wait before a retry (openai-python: 8 s).")
+    jitter: float = Field(
+        0.25, description="A wait is cut by up to this share, drawn per retry from the seed (openai-python: 0.25)."
+    )
+    on: list[Literal["integrity", "preemption", "rejected"]] = Field(
+        default_factory=lambda: ["integrity", "preemption"],
+        description="Failures retried: an integrity abort, a preemption-limit abort (both server errors, which "
+        "clients retry), a rejection (a request no instance can hold: a 4xx clients do not retry by default).",
+    )
+
+
 class Traffic(Strict):
     concurrency: PositiveInt | None = Field(
         None, description="Closed loop: clients, each sending its next request when its previous one ends."
@@ -401,6 +466,7 @@ class Traffic(Strict):
     agentic: Agentic | None = Field(
         None, description="Agent tasks instead of single requests or conversations (`rate`: tasks per second)."
     )
+    retries: Retries = Field(default_factory=Retries, description="Clients retrying failed requests.")
     duration_s: PositiveFloat | None = Field(
         None, description="Seconds of arrivals; the run ends when the last request is served."
     )
@@ -527,6 +593,13 @@ class Scenario(Strict):
                     object.__setattr__(pool, term, getattr(self.engine, term))
             if name == "prefill" and "a2a_node_dedup" not in pool.model_fields_set:
                 object.__setattr__(pool, "a2a_node_dedup", self.engine.prefill_a2a_node_dedup)
+        return self
+
+    @model_validator(mode="after")
+    def _engine_router(self) -> Scenario:
+        """Unset, the routing policy is the engine's router (a deployment of the engine runs it)."""
+        if self.routing.policy is None:
+            object.__setattr__(self.routing, "policy", self.engine.router)
         return self
 
     @model_validator(mode="after")

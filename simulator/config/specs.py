@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFlo
 WeightFormat = Literal["bf16", "fp8", "int4", "nvfp4", "mxfp4", "w4a8"]
 FP4_FORMATS = frozenset({"nvfp4", "mxfp4"})
 KVFormat = Literal["bf16", "fp8_e4m3"]
+# The routers (simulator/serving/routing.py, docs/routing.md): the engines' own, then phaseplan's simpler ones.
+RoutingPolicy = Literal[
+    "cache_aware", "power_of_two", "scorers", "least_kv", "round_robin", "session_affinity", "prefix_aware"
+]
 Component = Literal[
     "attention",
     "indexer",
@@ -264,6 +268,10 @@ class EngineSpec(Strict):
     )
     kv_tier_layerwise: bool = Field(
         True, description="A prefix found below HBM loads back layer by layer, overlapped with the prefill's compute."
+    )
+    router: RoutingPolicy = Field(
+        "cache_aware",
+        description="The router a deployment of the engine runs (a scenario's routing.policy still overrides).",
     )
     calibration: Calibration | None = Field(
         None, description="Set by `phaseplan calibrate`: what the terms were fitted to; null: a preset as published."

@@ -27,10 +27,15 @@ KV_DTYPE = {"bf16": ("bf16", "auto"), "fp8_e4m3": ("fp8_e4m3",)}
 # --quantization where the engine converts a checkpoint as it loads it: FP8 from a BF16 release. Other formats need
 # a checkpoint in that format, whose own config names its method (command.weights_source says so).
 ONLINE = {"fp8": "fp8"}
-# The router's policy for the scenario's routing (judgement where the names differ): least_kv sends work to the
-# less loaded of two workers (power_of_two); session_affinity and prefix_aware both keep a conversation where its
-# prefix is cached (cache_aware, SGLang's prefix-tree router).
+# The router's policy for the scenario's routing (judgement where the names differ): cache_aware, power_of_two and
+# round_robin are the router's own; least_kv sends work to the less loaded of two workers (power_of_two);
+# session_affinity and prefix_aware both keep a conversation where its prefix is cached (cache_aware, SGLang's
+# prefix-tree router); scorers, the gateway's endpoint picker, has no SGLang router policy: cache_aware weighs the
+# same load and prefix signals.
 POLICY = {
+    "cache_aware": "cache_aware",
+    "power_of_two": "power_of_two",
+    "scorers": "cache_aware",
     "round_robin": "round_robin",
     "least_kv": "power_of_two",
     "session_affinity": "cache_aware",
@@ -120,8 +125,13 @@ def launch(sc: Scenario, release: flags.Release | None = None, router: flags.Rel
             if s.node == 0:
                 heads.setdefault(role, []).append(s)
     argv = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
-    argv += ["--policy", POLICY[sc.routing.policy]]
-    notes.append(f"routing.policy {sc.routing.policy} runs as the router's --policy {POLICY[sc.routing.policy]}")
+    policy = POLICY[sc.routing.policy]
+    argv += ["--policy", policy]
+    if policy == "cache_aware":  # the thresholds the simulation routed by (docs/routing.md)
+        r = sc.routing
+        argv += ["--cache-threshold", f"{r.cache_threshold:g}", "--balance-abs-threshold", str(r.balance_abs_threshold)]
+        argv += ["--balance-rel-threshold", f"{r.balance_rel_threshold:g}"]
+    notes.append(f"routing.policy {sc.routing.policy} runs as the router's --policy {policy}")
     if disagg:
         notes.append(
             f"deployment.transfer ({sc.deployment.transfer.bandwidth_gbs:g} GB/s per decode instance) is the "

@@ -158,6 +158,11 @@ class Instance:
             return self.ranks[0].sched.queued_tokens()
         return sum(r.sched.queued_tokens() for r in self.ranks)
 
+    def waiting_requests(self) -> int:
+        """Requests waiting here to be scheduled: queued to prefill, or prefilled elsewhere and waiting for room to
+        start their KV transfer (what an engine reports as its waiting queue, and the gateway's queue scorer reads)."""
+        return sum(len(r.sched.waiting) + len(r.pending) for r in self.ranks)
+
     def prefix_pages(self, req: Request) -> int:
         return max(r.prefix_pages(req) for r in self.ranks)
 
@@ -178,6 +183,7 @@ class Instance:
             out.false_positives += c.false_positives
             out.tokens_lost += c.tokens_lost
             out.checked_pages += c.checked_pages
+            out.preempt_aborts += c.preempt_aborts
             out.aborts += c.aborts
         return out
 

@@ -10,10 +10,12 @@ engine in step mode with a device timer in place of the cost model (`engine.time
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import simpy
 
 from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
@@ -23,6 +25,7 @@ from simulator.engine.timer import CostTimer, StepTimer
 from simulator.errors import InputError
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.profile import Profile
+from simulator.pricing.usage import Usage
 from simulator.results.record import PoolRun, RequestRecord, RunRecord
 from simulator.serving.rank import build_ranks, fault_injector
 from simulator.serving.routing import Router
@@ -30,6 +33,8 @@ from simulator.serving.scheduler import StepEvents
 from simulator.serving.sequence import Seq
 from simulator.workload.request import Request
 from simulator.workload.traffic import TrafficSource, make_source
+
+RETRY_STREAM = 17  # the random stream of retry jitter (seed, this, request id, attempt)
 
 
 @contextmanager
@@ -67,7 +72,6 @@ class Simulation:
         self.env = simpy.Environment()
         self.on_progress = on_progress
         self.profile = profile or Profile.for_scenario(sc, base_dir)  # a repeat passes a draw of its spread
-        self.router = Router(sc.routing.policy)
         self.records: dict[int, RequestRecord] = {}
         self.source: TrafficSource = make_source(sc.traffic, sc.seed, base_dir, sc.model.context_tokens)
         self.injector = fault_injector(sc)
@@ -89,6 +93,7 @@ class Simulation:
                 ranks = build_ranks(sc, name, pool, cap, self.injector, rng_seed, tracker)
                 insts.append(Instance(self, name, i, pool, ranks, cost, self.timer))
             self.pools[name] = insts
+        self.router = Router(sc.routing, {name: len(insts) for name, insts in self.pools.items()}, sc.seed)
         self.entry = self.pools["decode"] if colocated else self.pools["prefill"]
         # The most tokens an empty instance holds: the prefill pool's bound a prompt, the decode pool's a whole request.
         # Under DP attention a request lives on one rank: the most it can hold is a rank's share of the pages.
@@ -153,20 +158,27 @@ class Simulation:
             self.arrive(req)
 
     def arrive(self, req: Request) -> None:
-        rec = RequestRecord(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
-        self.records[req.id] = rec
+        rec = self.records.get(req.id)
+        if rec is None:
+            rec = self.records[req.id] = RequestRecord(req.id, req.arrival, req.prompt_tokens, req.output_tokens)
+        else:  # a client's retry: the same request, timed from its first send
+            rec.first_token = rec.finish = math.nan
+            rec.status, rec.reason, rec.cached_tokens = "pending", "", 0
+            rec.prefill_instance = rec.decode_instance = -1
         colocated = "prefill" not in self.pools
         reason = self._rejection(req)
         if reason:
+            if self._retried(req, rec, req.arrival, "rejected", 0, 0):
+                return
             rec.status, rec.reason = "rejected", reason  # no instance could ever hold it, however long it waited
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
         if colocated:
-            inst = self._route_decode(self.entry, req, req.arrival)
+            inst = self._route_decode(req, req.arrival)
             rec.decode_instance = inst.index
         else:
-            inst = self.router.prefill(self.entry, req)
+            inst = self.entry[self.router.route("prefill", self.entry, req, req.arrival)]
             rec.prefill_instance = inst.index
         inst.enqueue_new(req)
         inst.notify(req.arrival)
@@ -180,6 +192,44 @@ class Simulation:
             return "request_over_decode_kv"
         return ""
 
+    def _retried(self, req: Request, rec: RequestRecord, t: float, cause: str, prompt: int, output: int) -> bool:
+        """Whether the client sends a failed request again (`traffic.retries`): after the backoff of its retry
+        count, its jitter drawn from the seed and the request's id and attempt (so the draw does not depend on the
+        order failures are handled in). `prompt` and `output`: the tokens the failed attempt had computed."""
+        r = self.sc.traffic.retries
+        if rec.retries >= r.max or cause not in r.on:
+            return False
+        u = np.random.default_rng([self.sc.seed, RETRY_STREAM, req.id, rec.retries]).random()
+        wait = min(r.backoff_s * r.multiplier**rec.retries, r.max_backoff_s) * (1.0 - r.jitter * u)
+        rec.retries += 1
+        rec.retry_prompt += prompt
+        rec.retry_output += output
+        if prompt:
+            rec.retry_prefill_s += self._prefill_s(prompt)
+        again = Request(
+            req.id,
+            t + wait,
+            req.prompt_tokens,
+            req.output_tokens,
+            req.session,
+            req.client,
+            req.turn,
+            req.blocks,
+            req.block_tokens,
+        )
+        self.env.process(self._feed([again]))
+        return True
+
+    def _prefill_s(self, tokens: int) -> float:
+        """Seconds to prefill a prompt of `tokens` on an idle instance of the entry pool, chunk by chunk (priced)."""
+        inst = self.entry[0]
+        chunk, done, s = inst.pool.chunk_size, 0, 0.0
+        while done < tokens:
+            n = min(chunk, tokens - done)
+            s += inst.cost.step_s(0, 0, 0, [(n, done)], usage=Usage())
+            done += n
+        return s
+
     def _finished(self, req: Request, t: float) -> None:
         self.done += 1
         if self.on_progress is not None:
@@ -191,8 +241,12 @@ class Simulation:
     # -- instance callbacks ----------------------------------------------------------------------------
     def after_schedule(self, inst: Instance) -> None:
         for seq in inst.take_aborted():
+            self.router.done(inst.pool_name, inst.index)
             rec = self.records[seq.req.id]
-            rec.status = "aborted"
+            prompt = min(seq.computed, seq.req.prompt_tokens)  # what it had prefilled (part, if cut short)
+            if self._retried(seq.req, rec, inst.clock, seq.aborted_by, prompt, seq.generated):
+                continue
+            rec.status, rec.reason = "aborted", seq.aborted_by
             rec.finish = inst.clock
             self._finished(seq.req, inst.clock)
         if inst.pending:  # aborts and preemptions free pages too
@@ -204,6 +258,7 @@ class Simulation:
             rec.first_token = ends[step]
             rec.load_s += seq.load_s
         for seq, step in ev.finished:
+            self.router.done(inst.pool_name, inst.index)
             rec = self.records[seq.req.id]
             rec.finish = ends[step]
             rec.status = "completed"
@@ -213,19 +268,21 @@ class Simulation:
         if inst.pending:
             self.try_transfers(inst, inst.clock)
 
-    def _route_decode(self, pool: list[Instance], req: Request, t: float) -> Instance:
+    def _route_decode(self, req: Request, t: float) -> Instance:
         """The decode-side instance for `req` at time t. Prefix-aware routing reads each cache's prefix index,
         which the steps started by t have changed (their pages evict cached prefixes): book them first, as a
         clock that runs one step at a time has."""
-        if self.router.policy == "prefix_aware":
+        pool = self.pools["decode"]
+        if self.router.policy in ("prefix_aware", "session_affinity"):
             for inst in pool:
                 inst.settle(t)
-        return self.router.decode(pool, req, t)
+        return pool[self.router.route("decode", pool, req, t)]
 
     def _hand_off(self, src: Instance, pseq: Seq, t: float) -> None:
         req = pseq.req
         self.records[req.id].load_s += pseq.load_s
         if req.output_tokens <= 1:  # the prefill's own token was the whole answer
+            self.router.done("prefill", src.index)
             rec = self.records[req.id]
             rec.first_token = rec.finish = t
             rec.status = "completed"
@@ -233,7 +290,7 @@ class Simulation:
             src.notify(t)
             self._finished(req, t)
             return
-        dst = self._route_decode(self.pools["decode"], req, t)
+        dst = self._route_decode(req, t)
         self.records[req.id].decode_instance = dst.index
         dst.queue_transfer(dst.receive_at(pseq, src, t), pseq, src)
         self.try_transfers(dst, t)
@@ -276,6 +333,7 @@ class Simulation:
 
     def _transfer_done(self, dst: Instance, dseq: Seq, pseq: Seq, src: Instance, end: float) -> None:
         src.release_at(pseq, end)
+        self.router.done("prefill", src.index)  # the prefill instance held it until its KV left
         if src.has_waiting():  # freed pages may admit the head of its queue; else there is nothing to decide
             src.notify(end)
         dst.settle(end)  # publishing its prefix keys comes after the evictions of the steps started by now

@@ -9,6 +9,7 @@ import numpy as np
 
 from simulator.results import cost
 from simulator.results.record import InstanceRun, PoolRun, RunRecord
+from simulator.results.retries import retry_metrics
 from simulator.results.service import service, windowed
 from simulator.results.steady import METHOD
 
@@ -101,6 +102,7 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
         # request_over_decode_kv: prompt + output exceed an empty decode instance's KV
         "rejected_by_reason": dict(sorted(Counter(r.reason for r in recs if r.status == "rejected").items())),
         "aborted": sum(1 for r in recs if r.status == "aborted"),
+        "aborted_by_reason": dict(sorted(Counter(r.reason for r in recs if r.status == "aborted").items())),
         "unfinished": sum(1 for r in recs if r.status == "pending"),
         "preempted": sum(c.preempted for c in counters),
         "duration_s": round(span, 6),
@@ -119,6 +121,8 @@ def build_metrics(run: RunRecord) -> dict[str, Any]:
         },
         "full_run": {k: full[k] for k in FULL_RUN},
     }
+    if sc.traffic.retries.max:  # clients retry failed requests: what the retries cost
+        out["retries"] = retry_metrics(recs, sc.traffic.retries.on)
     # DP attention: how unevenly the ranks were loaded (absent without it, so other Results keep their bytes)
     ranked = {name: rank_imbalance(p, end) for name, p in run.pools.items() if p.pool.dp > 1}
     if ranked:

@@ -30,10 +30,15 @@ class RequestRecord:
     finish: float = math.nan
     status: str = "pending"  # completed | rejected | aborted | pending
     cached_tokens: int = 0
-    reason: str = ""  # why a rejected request was rejected (REJECT_REASONS)
+    reason: str = ""  # why it was rejected (REJECT_REASONS) or aborted (integrity, preemption)
     prefill_instance: int = -1  # the instance index it was routed to in each pool (-1: none; colocated: decode)
     decode_instance: int = -1
     load_s: float = 0.0  # seconds loading its prefix back from the KV tiers below HBM (part of its TTFT)
+    # The client's retries of failed attempts (traffic.retries): one record a request, its arrival the first send
+    retries: int = 0
+    retry_prompt: int = 0  # prompt tokens the failed attempts had prefilled (prefilled again)
+    retry_output: int = 0  # output tokens the failed attempts had generated (generated again)
+    retry_prefill_s: float = 0.0  # their prompts' prefill, priced on an idle entry instance
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from simulator.config.sweep import paired_deltas
 from simulator.console import styled
 from simulator.folding import Folding
 from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
+from simulator.results.retries import retry_line
 from simulator.results.sweep_table import sweep_table
 
 DELTA_AXES = ("integrity.enabled",)  # two-valued switches whose cost a sweep reports as a delta
@@ -145,6 +146,10 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         (f"{name} pool: {p['gpus']:,} × {p['hardware'].upper()}", f"${p['usd_per_hour']:,.2f}/hour, {p['share']:.1%}")
         for name, p in m.get("cost_by_pool", {}).items()  # pools of different GPUs: what each costs
     ]
+    if m.get("retries"):  # clients retried failed requests: the storm and what it cost
+        rows.insert(6, ("  retries", retry_line(m["retries"])))
+    if m.get("aborted_by_reason"):
+        rows.insert(6, ("  aborted because", ", ".join(f"{k} {v:,}" for k, v in m["aborted_by_reason"].items())))
     if m.get("rejected_by_reason"):
         rows.insert(6, ("  rejected because", ", ".join(f"{k} {v:,}" for k, v in m["rejected_by_reason"].items())))
     for k, v in rows:

@@ -121,6 +121,7 @@ def _scheduler(
         rng=rng,
         speculation=spec,
         mixed=pool.mixed_chunked_prefill,
+        max_preemptions=pool.max_preemptions,
     )
 
 

@@ -81,6 +81,7 @@ class Counters:
     false_positives: int = 0
     tokens_lost: int = 0
     checked_pages: int = 0
+    preempt_aborts: int = 0  # requests aborted past the pool's max_preemptions
     aborts: list[AbortEvent] = field(default_factory=list)
 
 
@@ -100,6 +101,7 @@ class Scheduler:
         rng: np.random.Generator | None = None,
         speculation: Speculation | None = None,
         mixed: bool = True,
+        max_preemptions: int | None = None,
     ) -> None:
         self.cache = cache
         self.max_running = max_running
@@ -119,6 +121,7 @@ class Scheduler:
         # prefill does; SGLang's --enable-mixed-chunk is off by default, and off under speculation): otherwise a
         # step with chunks runs them alone, and the decode batch waits for the next step.
         self.mixed = mixed and speculation is None
+        self.max_preemptions = max_preemptions  # a request preempted this often is aborted instead (None: never)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.counter = StepCounter()  # decode steps applied here: batch sequences' progress is counted from it
@@ -373,17 +376,26 @@ class Scheduler:
             self._admit(seq)
 
     def _preempt_newest(self) -> None:
+        """Preempt the newest running request to recompute later, or abort it if it was preempted `max_preemptions`
+        times already (its pages are freed either way; an abort is reported once, as an integrity abort is)."""
         victim = max((s for s in self.running if s.status in ("decode", "prefill")), key=lambda s: s.order)
         if victim.status == "prefill":
             self._queued -= victim.to_prefill()
-        self._set_status(victim, "waiting")
+        limit = self.max_preemptions is not None and victim.preemptions >= self.max_preemptions
+        self._set_status(victim, "aborted" if limit else "waiting")
         self.running.remove(victim)
         release_after_fault(victim.table, self.cache, victim.fault)
         victim.fault = None
         victim.loads = None
+        self.counters.preempted += 1
+        if limit:
+            self.counters.preempt_aborts += 1
+            victim.aborted_by = "preemption"
+            self.aborted.append(victim)
+            return
+        victim.preemptions += 1
         victim.computed = 0
         victim.target = victim.req.prompt_tokens + victim.generated  # recompute what it had
-        self.counters.preempted += 1
         self.waiting.appendleft(victim)
         self._queued += victim.target
 
@@ -413,6 +425,7 @@ class Scheduler:
             self.running.remove(seq)
             release_after_fault(seq.table, self.cache, seq.fault)
             self._set_status(seq, "aborted")
+            seq.aborted_by = "integrity"
             self.aborted.append(seq)
 
 

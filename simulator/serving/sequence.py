@@ -52,6 +52,8 @@ class Seq:
         "_gains",
         "loads",
         "load_s",
+        "preemptions",
+        "aborted_by",
     )
 
     def __init__(
@@ -73,6 +75,8 @@ class Seq:
         self._gains: np.ndarray | None = None  # speculative decoding: tokens gained after j steps in the batch
         self.loads: Loads | None = None  # prefix pages its hold found below HBM, until a step loads them back
         self.load_s = 0.0  # seconds its load-back took (priced by the clock; part of its time to first token)
+        self.preemptions = 0  # times preempted here (a pool's max_preemptions aborts it past its limit)
+        self.aborted_by = ""  # why it was aborted: "integrity" or "preemption"
 
     def _moved(self) -> int:
         """Decode steps since it joined the batch."""
