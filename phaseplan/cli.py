@@ -280,9 +280,7 @@ def print_bands(result: dict) -> None:
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    default=Path("out"),
-    show_default=True,
-    help="Folder for the sweep CSV, its JSON and one PNG chart per headline metric.",
+    help="Write the sweep CSV, its JSON and one PNG chart per headline metric here (without it: the table only).",
 )
 @planner.jobs_option
 @planner.backend_option
@@ -292,7 +290,7 @@ def print_bands(result: dict) -> None:
 def sweep(
     scenario: Path,
     as_json: bool,
-    out: Path,
+    out: Path | None,
     jobs: int | None,
     backend_kind: str,
     pareto: bool,
@@ -310,13 +308,17 @@ def sweep(
     from simulator.results.charts import sweep_chart_names, sweep_charts
 
     sc, raw = loader.load(scenario, sets)
-    csv_path = out / f"{scenario.stem}-sweep.csv"
-    json_path = out / f"{scenario.stem}-sweep.json"
-    stem = out / f"{scenario.stem}-sweep"
+    if pareto and out is None:
+        raise InputError("--pareto writes the frontier's CSV and chart: name a folder with --out DIR")
+    folder = out or Path("out")  # the files' names; nothing is written without --out
+    csv_path = folder / f"{scenario.stem}-sweep.csv"
+    json_path = folder / f"{scenario.stem}-sweep.json"
+    stem = folder / f"{scenario.stem}-sweep"
     charts = sweep_chart_names(stem.name) if sc.sweep else []
-    check_target(
-        out, [csv_path.name, json_path.name, *charts, *([p.name for p in pareto_paths(stem)] if pareto else [])]
-    )
+    if out is not None:
+        check_target(
+            out, [csv_path.name, json_path.name, *charts, *([p.name for p in pareto_paths(stem)] if pareto else [])]
+        )
     limits = planner.work_limits(no_limits, max_requests)
     check_points(sc, limits)
     pts = points(sc)
@@ -335,18 +337,20 @@ def sweep(
     for r in results:
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
-    files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}
-    if charts:
-        pngs = sweep_charts(sc.name, list(sc.sweep), results)
-        files |= {out / n: png for n, png in zip(charts, pngs, strict=True)}
-    frontier: dict[Path, str | bytes] = planner.pareto_files(sc.name, results, stem) if pareto else {}
-    write_files(files | frontier)  # the sweep's CSV, JSON and charts and the frontier's CSV and chart: all or nothing
+    frontier: dict[Path, str | bytes] = {}
+    if out is not None:
+        files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}
+        if charts:
+            pngs = sweep_charts(sc.name, list(sc.sweep), results)
+            files |= {out / n: png for n, png in zip(charts, pngs, strict=True)}
+        frontier = planner.pareto_files(sc.name, results, stem) if pareto else {}
+        write_files(files | frontier)  # the CSV, JSON, charts and the frontier's CSV and chart: all or nothing
     if frontier:
         console.print(f"pareto: {', '.join(str(p) for p in frontier)}")
     if as_json:
         click.echo(dump(results, compact=True))
     else:
-        report.print_sweep(console, sc, results, csv_path)
+        report.print_sweep(console, sc, results, csv_path if out is not None else None)
         planner.print_pricing(pricing)
 
 

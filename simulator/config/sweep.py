@@ -26,7 +26,7 @@ COLUMNS = [
     ("SLO %", "metrics.slo_attainment", "%"),
     ("$/Mtok out", "metrics.cost_per_mtok_usd", "$"),
     ("prefill chunk ms", "step_anatomy.summary.prefill_chunk_ms", "ms"),
-    ("of it GEMM ms", "step_anatomy.summary.prefill_chunk_gemm_ms", "ms"),
+    ("prefill GEMM ms", "step_anatomy.summary.prefill_chunk_gemm_ms", "ms"),
     ("decode step ms", "step_anatomy.summary.decode_step_ms", "ms"),
 ]
 

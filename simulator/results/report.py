@@ -13,6 +13,7 @@ from simulator.config.sweep import paired_deltas
 from simulator.console import styled
 from simulator.folding import Folding
 from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
+from simulator.results.numbers import figure
 from simulator.results.retries import retry_line
 from simulator.results.sweep_table import sweep_table
 
@@ -50,10 +51,11 @@ def _step_times(p: dict[str, Any]) -> str:
 
 
 def _fmt(v: Any) -> str:
+    """A table cell: a float as the one formatter prints it (`numbers.figure`), a count grouped, nothing as '-'."""
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        return figure(v)
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
@@ -109,7 +111,8 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
         text.print(line)
     t = Table("metric", "value", show_header=False)
     rows = [
-        ("output tokens/s (per GPU)", f"{_fmt(m['output_tokens_per_s'])} ({_fmt(m['output_tokens_per_s_per_gpu'])})"),
+        ("output tokens/s", _fmt(m["output_tokens_per_s"])),
+        *per_gpu_rows(result),
         ("input tokens/s", _fmt(m["input_tokens_per_s"])),
         ("TTFT p50/p95/p99 ms", " / ".join(_fmt(m["ttft_ms"][k]) for k in ("p50", "p95", "p99"))),
         ("TPOT p50/p95/p99 ms", " / ".join(_fmt(m["tpot_ms"][k]) for k in ("p50", "p95", "p99"))),
@@ -159,6 +162,25 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
     text.print(provenance_line(result))
 
 
+def per_gpu_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """Output tokens/s per GPU, said per what: per GPU of the whole fleet, and (disaggregated) per decode GPU,
+    the GPUs that generate them (GLM-5.2 INT4 reads 72.9 the one way and 218 the other)."""
+    m = result["metrics"]
+    rows = [(f"  per GPU of the fleet ({m['gpus']:,})", _fmt(m["output_tokens_per_s_per_gpu"]))]
+    decode = decode_gpus(result["scenario"])
+    if decode and decode != m["gpus"]:
+        rows.append((f"  per decode GPU ({decode:,})", _fmt(m["output_tokens_per_s"] / decode)))
+    return rows
+
+
+def decode_gpus(scenario: dict[str, Any]) -> int | None:
+    """The GPUs of a Result's decode pool (its scenario's dump); None where it names none."""
+    pool = (scenario.get("deployment") or {}).get("decode")
+    if not pool:
+        return None
+    return int(pool.get("instances", 1)) * int(pool.get("tp", 1))
+
+
 def _tier_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
     """KV tiers below HBM: each pool's prefix hits by tier and what it loaded back, and the load-back time."""
     t = m.get("kv_tiers")
@@ -205,19 +227,28 @@ def print_anatomy(console: Console, result: dict[str, Any]) -> None:
             fams = ", ".join(f"{k} {v:,.1f}" for k, v in step["by_family"].items())
             if "dp_ranks" in step:
                 fams += f" (one chunk on each of {step['dp_ranks']} DP ranks)"
-            text.print(f"{pool} {kind.replace('_', ' ')} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
+            text.print(f"{step_name(pool, kind)} ({label} {step[label]:,}): {step['ms']:,.1f} ms = {fams}")
         spec = entry.get("speculative")
         if spec is not None:  # the decode step above is this pair; its tokens were drawn per sequence and step
+            drafts = f"{spec['draft_tokens']} draft token{'s' if spec['draft_tokens'] > 1 else ''}"
             text.print(
-                f"{pool} speculative ({spec['method']}, {spec['draft_tokens']} draft token(s)): verify "
+                f"{pool} speculative ({spec['method'].upper()}, {drafts}): verify "
                 f"{spec['verify_ms']:,.1f} ms + draft {spec['draft_ms']:,.1f} ms a step, "
-                f"{spec['accepted_per_step']:g} tokens accepted per step (expected "
-                f"{spec['tokens_per_step']:g}) = {spec['ms_per_accepted_token']:,.1f} ms per token"
+                f"{figure(spec['accepted_per_step'])} tokens accepted per step (expected "
+                f"{figure(spec['tokens_per_step'])}) = {spec['ms_per_accepted_token']:,.1f} ms per token"
             )
 
 
-def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path) -> None:
-    """The sweep's table with as many metrics as the console's width holds; text lines folded at phrases."""
+def step_name(pool: str, kind: str) -> str:
+    """`prefill chunk` on the prefill pool, `decode step` on the decode pool, `decode pool: prefill chunk` where
+    the pool's name is not the step's (colocated): each name said once."""
+    words = kind.replace("_", " ")
+    return words if words.startswith(pool + " ") else f"{pool} pool: {words}"
+
+
+def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], csv_path: Path | None) -> None:
+    """The sweep's table with as many metrics as the console's width holds; text lines folded at phrases; where
+    its CSV went (None: `--out` was not given, and nothing was written)."""
     paths = list(sc.sweep)
     t, left = sweep_table(sc.name, paths, results, console.width)
     console.print(t)
@@ -226,7 +257,7 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
         where = " ".join(f"{p.split('.')[-1]}={v}" for p, v in r["point"].items())
         text.print(f"failed {where}: {r['error']}")
     if left:
-        text.print(f"in the CSV also: {', '.join(left)}")
+        text.print(f"in the CSV (--out) also: {', '.join(left)}")
     for axis in (a for a in DELTA_AXES if a in sc.sweep):
         rows = paired_deltas(results, axis)
         values = list(dict.fromkeys(r["point"][axis] for r in results))
@@ -253,4 +284,7 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
     ran = [r for r in results if "provenance" in r]  # a failed point carries its error, not a provenance
     if ran:
         text.print(provenance_line(ran[0]))
-    console.print(f"csv: {csv_path}")
+    if csv_path is None:
+        text.print("no files written: --out DIR writes the CSV, the JSON and a chart per metric")
+    else:
+        console.print(f"csv: {csv_path}")

@@ -28,7 +28,7 @@ PRIORITY = [
     "in tok/s",
     "decode step ms",
     "prefill chunk ms",
-    "of it GEMM ms",
+    "prefill GEMM ms",
 ]
 
 
@@ -62,10 +62,10 @@ def sweep_table(
             ("failed" if not chosen else "-") if "error" in r else cell(scaled(lookup(r, path), unit)) for r in results
         ]
         w = _width(h, cells)
-        if used + w <= width:
+        if not left and used + w <= width:
             chosen.append((h, cells))
             used += w
-        else:
+        else:  # from the first that does not fit on, all go to the CSV: never a detail without what it details
             left.append(h)
     t = Table(title=title)
     for k in keys:
