@@ -6,6 +6,8 @@ import json
 import shlex
 from typing import Any
 
+from simulator.results.numbers import figure
+
 
 def num(value: Any, unit: str = "") -> str:
     """`value` with `unit`; None (nothing to measure, e.g. no request finished) is a dash."""
@@ -19,15 +21,16 @@ def num(value: Any, unit: str = "") -> str:
         return f"${value:,.3f}"
     if isinstance(value, bool):
         return "on" if value else "off"
-    if isinstance(value, int):
-        text = f"{value:,}"
-    elif abs(value) >= 100:
-        text = f"{value:,.0f}"
-    elif abs(value) >= 10:
-        text = f"{value:,.1f}"
-    else:
-        text = f"{value:.3g}"
+    text = f"{value:,}" if isinstance(value, int) else figure(value)  # the CLI's formatter: never an exponent
     return f"{text} {unit}".rstrip()
+
+
+def metric(where: Any, label: str, value: str, note: str | None = None, help: str | None = None) -> None:
+    """A headline number with `note` (its error band, say) in small grey text right under it, inside its box."""
+    if note is None:
+        where.metric(label, value, help=help)
+    else:
+        where.metric(label, value, delta=note, delta_color="off", delta_arrow="off", help=help)
 
 
 def signed(value: float | None, unit: str = "") -> str:

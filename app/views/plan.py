@@ -19,7 +19,7 @@ import streamlit as st
 from app import plan_answer, runs
 from app.scenario_io import Study
 from app.views import command
-from app.views.fmt import cli_line, num
+from app.views.fmt import cli_line, metric, num
 from app.views.sidebar import knob
 from simulator.config import loader
 from simulator.config.scenario import Scenario
@@ -33,6 +33,7 @@ from simulator.planning.slo import SLO
 from simulator.planning.stopping import describe
 from simulator.results.report import provenance_line
 from simulator.validation import bands
+from simulator.validation.cells import of_answer
 
 
 def _answer(name: str, study: Study, inputs: list[Any]) -> tuple[Any, bool]:
@@ -89,10 +90,12 @@ def _max_rate(study: Study, sets: dict[str, Any], raw: dict[str, Any], sc: Scena
         return
     _stale_note(stale)
     m = res["metrics"]
+    st.markdown(f"**{res['layout']}**")
+    cell = of_answer(sc.model_dump(mode="json"), m)
     a, b, c, d = st.columns(4)
-    a.metric(f"max rate ({res['rate_unit']})", num(res["max_rate_rps"]))
-    b.metric("TTFT p95 there", num(m["ttft_ms"]["p95"], "ms"))
-    c.metric("TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"))
+    metric(a, f"max rate ({res['rate_unit']})", num(res["max_rate_rps"]), bands.margin(sc.engine, "throughput", cell))
+    metric(b, "TTFT p95 there", num(m["ttft_ms"]["p95"], "ms"), bands.margin(sc.engine, "ttft", cell))
+    metric(c, "TPOT p95 there", num(m["tpot_ms"]["p95"], "ms"), bands.margin(sc.engine, "tpot", cell))
     d.metric(f"cost per M {res['cost_basis']}", num(res["cost_per_mtok_usd"], "$"))
     st.caption(bands.max_rate_line(sc.model_dump(mode="json"), sc.engine, res))
     st.caption(describe(res))
@@ -183,20 +186,21 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
         for hint in res["hints"]:
             st.caption(hint)
     else:
-        st.success(f"winner: {w['label']}")
-        st.caption(f"{w['layout']} · binding limit: {w['binding'] or '–'}")
+        st.success(f"winner: {w['layout']}")
+        st.caption(f"binding limit: {w['binding'] or '–'} · as `--set` overrides: {w['label']}")
         m = w["metrics"]
+        band = bands.plan_margins(raw, res)  # each headline number's validated error band, beside it
         # Three a row: five in one row cut the cost off at a 1400 px window.
         cells = [
-            ("GPUs", num(w["gpus"])),
-            (f"cost per M {w['cost_basis']}", num(w["cost_per_mtok_usd"], "$")),
-            ("output throughput", num(m["output_tokens_per_s"], "tok/s")),
-            ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
-            ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
+            ("GPUs", num(w["gpus"]), None),
+            (f"cost per M {w['cost_basis']}", num(w["cost_per_mtok_usd"], "$"), None),
+            ("output throughput", num(m["output_tokens_per_s"], "tok/s"), band["output_tok_s"]),
+            ("TTFT p95", num(m["ttft_ms"]["p95"], "ms"), band["ttft_ms"]),
+            ("TPOT p95", num(m["tpot_ms"]["p95"], "ms"), band["tpot_ms"]),
         ]
         cols = st.columns(3)
-        for i, (label, value) in enumerate(cells):
-            cols[i % 3].metric(label, value)
+        for i, (label, value, note) in enumerate(cells):
+            metric(cols[i % 3], label, value, note)
         band = bands.plan_line(raw, res)
         if band:
             st.caption(band)
@@ -212,7 +216,10 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
     for reason, entries in groups.items():
         with st.expander(f"{reason} · {len(entries)}"):
             st.table(
-                [{"candidate": e["label"], "GPUs": num(e["gpus"]), "why": e["reason"]} for e in entries],
+                [
+                    {"candidate": e.get("layout", e["label"]), "GPUs": num(e["gpus"]), "why": e["reason"]}
+                    for e in entries
+                ],
                 hide_index=True,
             )
     if w is not None:
@@ -222,7 +229,7 @@ def _plan_answer(study: Study, res: dict[str, Any], line: str, raw: dict[str, An
 def _row(r: dict[str, Any]) -> dict[str, str]:
     m = r["metrics"]
     return {
-        "runner-up": r["label"],
+        "runner-up": r["layout"],
         "GPUs": num(r["gpus"]),
         "TTFT p95": num(m["ttft_ms"]["p95"], "ms"),
         "TPOT p95": num(m["tpot_ms"]["p95"], "ms"),

@@ -11,10 +11,10 @@ from app import runs, scenario_io
 from app.runs import MAX_REQUESTS, Run, RunCache
 from app.scenario_io import Study
 from app.views import charts, command
-from app.views.fmt import cli_line, num, source_tag
+from app.views.fmt import cli_line, metric, num, source_tag
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
-from simulator.results.report import provenance_line, window_lines
+from simulator.results.report import decode_gpus, provenance_line, window_lines
 from simulator.validation import bands
 
 
@@ -91,21 +91,23 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         what, tok_s, per_gpu = "output throughput", m["output_tokens_per_s"], m["output_tokens_per_s_per_gpu"]
     else:  # a prefill study: its requests answer one token, so what it serves is input
         what, tok_s, per_gpu = "input throughput", m["input_tokens_per_s"], m["input_tokens_per_s"] / m["gpus"]
+    band = bands.headline_margins(r)  # each headline number's validated error band, beside it
     cells = [
-        (what, num(tok_s, "tok/s")),
-        ("per GPU", num(per_gpu, "tok/s")),
-        ("TTFT p95", num(m["ttft_ms"]["p95"], "ms")),
-        ("TPOT p95", num(m["tpot_ms"]["p95"], "ms")),
-        ("SLO attainment", num(m["slo_attainment"], "%")),
-        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$")),
-        ("KV occupancy max", num(m["kv_occupancy"]["max"], "%")),
-        ("max running (decode instance)", num(m["max_running"], "requests")),
+        (what, num(tok_s, "tok/s"), band["output_tok_s"]),
+        (f"per GPU of the fleet ({m['gpus']:,})", num(per_gpu, "tok/s"), per_decode_gpu(r, tok_s)),
+        ("TTFT p95", num(m["ttft_ms"]["p95"], "ms"), band["ttft_ms"]),
+        ("TPOT p95", num(m["tpot_ms"]["p95"], "ms"), band["tpot_ms"]),
+        ("SLO attainment", num(m["slo_attainment"], "%"), None),
+        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$"), None),
+        ("KV occupancy max", num(m["kv_occupancy"]["max"], "%"), None),
+        ("max running (decode instance)", num(m["max_running"], "requests"), None),
     ]
     cols = st.columns(4)
-    for i, (label, value) in enumerate(cells):
-        cols[i % 4].metric(label, value, help=tag)
-    for band in bands.headline(r, what, tok_s):
-        st.caption(band)
+    for i, (label, value, note) in enumerate(cells):
+        metric(cols[i % 4], label, value, note, tag)
+    with st.expander("how sure: the error bands in full (docs/validation.md)"):
+        for line in bands.headline(r, what, tok_s):
+            st.caption(line)
     for line in window_lines(m):  # the steady-state window the figures are read over, and the whole run's
         st.caption(line)
     if "kv_tiers" in m:
@@ -157,6 +159,14 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         _series(run)
     if st.toggle(f"charts: where a step's time goes ({tag})", key="charts:anatomy"):
         _anatomy(r)
+
+
+def per_decode_gpu(result: dict[str, Any], tok_s: float) -> str | None:
+    """`123 tok/s per decode GPU (16)` where the fleet has GPUs that do not decode (disaggregated); else None."""
+    decode = decode_gpus(result["scenario"])
+    if not decode or decode == result["metrics"]["gpus"]:
+        return None
+    return f"{num(tok_s / decode, 'tok/s')} per decode GPU ({decode:,})"
 
 
 def _tiers(t: dict[str, Any], tag: str) -> None:

@@ -149,7 +149,7 @@ def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str, cell: 
     head = f"{what} {figure(value)} {unit}"
     if engine.calibration is not None:
         c = engine.calibration
-        e = c.error.get(k) or (c.error.get("latency") if k != "throughput" else None)  # "latency": older files
+        e = _calibrated(engine, k)
         if e is None:
             return f"{head}: no error band: the runs {engine.name} was calibrated on state no {KIND_TEXT[k]}"
         how = "leave-one-run-out median" if e.leave_one_out else "fit's own residual (under 4 runs, nothing held out)"
@@ -171,6 +171,31 @@ def line(engine: EngineSpec, k: Kind, what: str, value: float, unit: str, cell: 
         f"{MIN_SOURCES} sources); its neighbours' widest band: model error ±{b.width:.0%} ({behind} of "
         f"{cell.words(b.relaxed)}): {_range(value, b.width)}"
     )
+
+
+def _calibrated(engine: EngineSpec, k: Kind) -> Any:
+    """A fitted engine's own error of kind `k` (None where its runs state none)."""
+    e = engine.calibration.error if engine.calibration is not None else {}
+    return e.get(k) or (e.get("latency") if k != "throughput" else None)  # "latency": older files
+
+
+def margin(engine: EngineSpec, k: Kind, cell: Cell) -> str:
+    """The band of `line` in a few words, to stand beside a number on the page: `±16% model error`, with
+    `(outside the validated region)` or `(fitted engine)` where that is what it is; `no error band` where none."""
+    if engine.calibration is not None:
+        e = _calibrated(engine, k)
+        return "no error band" if e is None else f"±{e.median:.0%} model error (fitted engine)"
+    b = _committed().pick(k, cell)
+    if b is None:
+        return "no error band"
+    return f"±{b.width:.0%} model error" + ("" if b.inside else " (outside the validated region)")
+
+
+def headline_margins(result: dict[str, Any]) -> dict[str, str]:
+    """`margin` of a Result's headline throughput, TPOT p95 and TTFT p95, keyed by their metrics' names."""
+    sc, m = result["scenario"], result["metrics"]
+    engine, cell = EngineSpec.model_validate(sc["engine"]), of_answer(sc, m)
+    return {key: margin(engine, kind(key), cell) for key in ("output_tok_s", "tpot_ms", "ttft_ms")}
 
 
 def _range(value: float, w: float) -> str:
@@ -198,12 +223,19 @@ def max_rate_line(scenario: dict[str, Any], engine: EngineSpec, res: dict[str, A
     return line(engine, "throughput", "max rate", res["max_rate_rps"], res["rate_unit"], cell)
 
 
-def plan_line(raw: dict[str, Any], res: dict[str, Any]) -> str | None:
-    """The band of the limit a plan's winner binds on (its latency with the least headroom: TTFT or TPOT, each
-    its own kind), in the winner's own cell (its GPU, weights and batch may not be the study's); None without a
-    winner or figures."""
+def _winner(raw: dict[str, Any], res: dict[str, Any]) -> tuple[EngineSpec, Cell]:
+    """A plan's winner's engine and cell: its own (its GPU, weights and batch may not be the study's)."""
     from simulator.config import loader
     from simulator.planning.search import mapping
+
+    w = res["winner"]
+    won = loader.validate(mapping(raw, res["question"]["fixed"], w["overrides"]), "the plan's winner")
+    return won.engine, of_answer(won.model_dump(mode="json"), w["metrics"])
+
+
+def plan_line(raw: dict[str, Any], res: dict[str, Any]) -> str | None:
+    """The band of the limit a plan's winner binds on (its latency with the least headroom: TTFT or TPOT, each
+    its own kind), in the winner's own cell; None without a winner or figures."""
     from simulator.planning.slo import SLO
 
     w = res.get("winner")
@@ -211,6 +243,13 @@ def plan_line(raw: dict[str, Any], res: dict[str, Any]) -> str | None:
     if tight is None:
         return None
     _, name, value, _ = tight
-    won = loader.validate(mapping(raw, res["question"]["fixed"], w["overrides"]), "the plan's winner")
-    cell = of_answer(won.model_dump(mode="json"), w["metrics"])
-    return line(won.engine, kind(f"{name.lower()}_ms"), f"the winner's {name} p95", value, "ms", cell)
+    engine, cell = _winner(raw, res)
+    return line(engine, kind(f"{name.lower()}_ms"), f"the winner's {name} p95", value, "ms", cell)
+
+
+def plan_margins(raw: dict[str, Any], res: dict[str, Any]) -> dict[str, str]:
+    """`headline_margins` of a plan's winner, in its own cell; {} without a winner."""
+    if not res.get("winner"):
+        return {}
+    engine, cell = _winner(raw, res)
+    return {key: margin(engine, kind(key), cell) for key in ("output_tok_s", "tpot_ms", "ttft_ms")}
