@@ -18,7 +18,21 @@ from simulator.config.scenario import Length, Scenario
 from simulator.config.specs import KVFormat, RoutingPolicy, WeightFormat
 from simulator.errors import InputError
 
-POOL_FIELDS = ("instances", "tp", "ep", "weights", "kv_cache", "mem_fraction", "host_tier_gib")
+POOL_FIELDS = (
+    "instances",
+    "tp",
+    "ep",
+    "weights",
+    "kv_cache",
+    "mem_fraction",
+    "host_tier_gib",
+    "dp",
+    "nodes",
+    "two_batch_overlap",
+)
+SPECULATIVE = "deployment.decode.speculative"  # speculation is a decode pool's (parallel.check_pool)
+MTP_TAU = {1: 1.85, 2: 2.5, 3: 3.0}  # a starting mean accepted length per draft tokens (DeepSeek-V3: 1.85-1.9 at 1)
+GPU_PRICE = "cost.gpu_hour_usd"
 SCENARIO_GPU = None  # a pool's GPU knob at "the scenario's hardware" (`--set deployment.decode.hardware=null`)
 # The choices are the schema's own, so a format or policy the simulator gains shows up in the page.
 WEIGHT_FORMATS: list[str] = list(get_args(WeightFormat))
@@ -27,11 +41,14 @@ ROUTING: list[str] = list(get_args(RoutingPolicy))
 LENGTH_DISTS = ["fixed", "uniform", "lognormal"]  # empirical lengths come from a file the page does not edit
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
+DP_CHOICES = [1, 2, 4, 8, 16]  # DP attention ranks of an instance (attention TP = tp / dp)
 # The number knobs' widget ranges (a pool's field by its last part), shared by the sidebar and the URL check, so
 # a URL can never give a widget a value it refuses.
 RANGES: dict[str, tuple[float, float]] = {
     "instances": (1, 1024),
     "host_tier_gib": (0.0, 65_536.0),
+    "nodes": (1, 64),
+    GPU_PRICE: (0.01, 1000.0),
     "traffic.concurrency": (1, 4096),
     "traffic.rate": (0.01, 10_000.0),
     "traffic.trace_speedup": (0.01, 10_000.0),
@@ -100,6 +117,9 @@ def study_values(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
         for f in POOL_FIELDS:
             out[f"deployment.{name}.{f}"] = getattr(pool, f)
         out[f"deployment.{name}.hardware"] = pool_gpu(raw, name)
+    spec = sc.deployment.decode.speculative
+    out[SPECULATIVE] = None if spec is None else spec.model_dump(mode="json", exclude_none=True)
+    out[GPU_PRICE] = sc.cost.gpu_hour_usd or sc.hardware.gpu_hour_usd  # the price a run pays when it is not moved
     t = sc.traffic
     path = load_path(sc)
     out[path] = getattr(t, path.split(".")[1])
@@ -159,8 +179,10 @@ def select_options(
             ("ep", EP_CHOICES),
             ("weights", WEIGHT_FORMATS),
             ("kv_cache", KV_FORMATS),
+            ("dp", DP_CHOICES),
         ):
             out[p + field] = _with_own(options, start[p + field])
+        out[p + "two_batch_overlap"] = [True, False]
         gpus: list[Any] = [SCENARIO_GPU, *presets.names("hardware")]
         out[p + "hardware"] = gpus if start[p + "hardware"] in gpus else [*gpus, start[p + "hardware"]]
     out["routing.policy"] = ROUTING
@@ -179,7 +201,7 @@ def number_range(path: str, own: Any) -> tuple[float, float]:
     last = path.rsplit(".", 1)[-1]
     if last == "mem_fraction":
         return mem_fraction_range(float(own))
-    return RANGES[last] if last in ("instances", "host_tier_gib") else RANGES[path]
+    return RANGES[last] if last in ("instances", "host_tier_gib", "nodes") else RANGES[path]
 
 
 def url_items(start: dict[str, Any], chosen: dict[str, Any]) -> list[str]:
@@ -232,9 +254,29 @@ def _checked(path: str, value: Any, start: dict[str, Any], options: dict[str, li
             shown = ", ".join(str(o) for o in options[path][:12])
             raise InputError(f"{path} takes one of {shown}")
         return value
+    if path == SPECULATIVE:
+        return _speculative(value)
     if isinstance(own, dict):
         return _length(path, value, own)
     return _number(path, value, *number_range(path, own), integer=isinstance(own, int))
+
+
+def mtp(draft_tokens: int, acceptance: float) -> dict[str, Any]:
+    """The speculative knob's value for MTP drafting (the model's own MTP layers)."""
+    return {"method": "mtp", "draft_tokens": draft_tokens, "acceptance": acceptance}
+
+
+def _speculative(value: Any) -> dict[str, Any] | None:
+    """Off (null), or MTP with 1-3 draft tokens and a mean accepted length the schema takes."""
+    if value is None:
+        return None
+    fields = {"method", "draft_tokens", "acceptance"}
+    if not isinstance(value, dict) or set(value) != fields or value["method"] != "mtp":
+        raise InputError(f"{SPECULATIVE} takes null or {{method: mtp, draft_tokens, acceptance}}")
+    k = value["draft_tokens"]
+    if k not in MTP_TAU or isinstance(k, bool):
+        raise InputError(f"{SPECULATIVE}.draft_tokens takes 1 to {max(MTP_TAU)}")
+    return mtp(k, _number(f"{SPECULATIVE}.acceptance", value["acceptance"], 1.0, k + 1.0, integer=False))
 
 
 def _number(name: str, value: Any, low: float, high: float, integer: bool) -> int | float:

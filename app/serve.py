@@ -8,8 +8,11 @@ the simulator, numba's cached machine code), and the heaviest studies' opening r
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
+import urllib.request
 
 
 def warm() -> None:
@@ -30,10 +33,41 @@ def warm() -> None:
     print(f"phaseplan app: the bundled studies' opening runs computed in {took:.1f} s", file=sys.stderr)
 
 
+def _option(name: str, default: str) -> str:
+    """A `--server.NAME VALUE` option of this process's Streamlit command line."""
+    args = sys.argv
+    return args[args.index(name) + 1] if name in args[:-1] else default
+
+
+def announce(url: str, launched: float, timeout_s: float = 600.0) -> None:
+    """Once the server answers its health check: its address, and the seconds from launch to listening (so the
+    address is never printed before anyone can open it)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    took = time.time() - launched
+                    print(
+                        f"phaseplan planner listening on {url}, {took:.1f} s after launch (Ctrl-C stops it)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+
+
 def main() -> None:
+    launched = float(os.environ.pop("PHASEPLAN_APP_LAUNCHED", "") or time.time())
     warm()
     from streamlit.web import cli
 
+    host = _option("--server.address", "localhost")
+    host = "localhost" if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{_option('--server.port', '8501')}"
+    threading.Thread(target=announce, args=(url, launched), daemon=True).start()
     sys.exit(cli.main())
 
 

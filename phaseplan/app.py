@@ -9,6 +9,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from simulator.errors import InputError
 
 PAGE = Path(__file__).resolve().parents[1] / "app" / "streamlit_app.py"
 HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")  # a host name or an IPv4/IPv6 address: never an option
+LAUNCHED = "PHASEPLAN_APP_LAUNCHED"  # the wall-clock time `phaseplan app` started, for app.serve's line
 MAX_UPLOAD_MB = 1  # the browser refuses bigger files; the page itself takes at most 256 KiB of scenario
 
 
@@ -49,6 +51,10 @@ def serve(port: int, address: str) -> None:
         raise InputError(f"--address {address!r}: not a host name or an IP address")
     if importlib.util.find_spec("streamlit") is None:
         raise click.ClickException("the app needs Streamlit: pip install -e '.[app]'")
-    click.echo(f"phaseplan planner on http://{address}:{port} (Ctrl-C stops it)", err=True)
+    click.echo(
+        "phaseplan planner: starting (the bundled studies' opening runs first); its address follows once it listens",
+        err=True,
+    )
+    os.environ[LAUNCHED] = repr(time.time())  # app.serve says how long launch to listening took
     cmd = command(port, address)
     os.execv(cmd[0], cmd)

@@ -15,10 +15,20 @@ PARTS = ["weights", "KV pool", "reserve", "headroom"]
 SAFE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7"]
 
 
+NO_FIT = "✗ does not fit"
+
+
 def memory_bars(gpus: list[GpuMemory]) -> alt.Chart:
-    """One stacked bar per GPU configuration: weights / KV pool / reserve / headroom, in GiB."""
+    """One stacked bar per GPU configuration: weights / KV pool / reserve / headroom, in GiB; a configuration that
+    does not fit is named so under its bar and drawn faded."""
     rows = [
-        {"GPU": g.label, "part": part, "GiB": round(v, 2), "order": PARTS.index(part)}
+        {
+            "GPU": g.label if g.fits else f"{g.label} {NO_FIT}",
+            "part": part,
+            "GiB": round(v, 2),
+            "order": PARTS.index(part),
+            "fits": "fits" if g.fits else f"does not fit: {g.reason}",
+        }
         for g in gpus
         for part, v in g.segments().items()
     ]
@@ -30,21 +40,44 @@ def memory_bars(gpus: list[GpuMemory]) -> alt.Chart:
             y=alt.Y("GiB:Q", title="GiB per GPU", stack="zero"),
             color=alt.Color("part:N", sort=PARTS, title=None),
             order=alt.Order("order:Q"),
-            tooltip=["GPU", "part", alt.Tooltip("GiB:Q", format=",.2f")],
+            opacity=alt.condition(alt.datum.fits == "fits", alt.value(1.0), alt.value(0.3)),
+            tooltip=["GPU", "part", alt.Tooltip("GiB:Q", format=",.2f"), "fits"],
         )
     )
 
 
-def histogram(values: np.ndarray, title: str, bins: int = 40) -> alt.Chart:
+def histogram(values: np.ndarray, title: str, limit: float | None = None, bins: int = 40) -> Any:
     """A distribution over requests, `title` naming the quantity and its unit: binned here, so the browser gets
-    `bins` bars rather than every request's value."""
+    `bins` bars rather than every request's value; `limit` (the SLO) as a dashed vertical line, the axis widened
+    to show it."""
     counts, edges = np.histogram(values, bins=bins)
     df = pd.DataFrame({"lo": edges[:-1], "hi": edges[1:], "requests": counts, "zero": 0})
+    bars = _bars(df, title, edges if limit is None else [*edges, limit])
+    if limit is None:
+        return bars
+    return bars + slo_rule(limit, "x")
+
+
+def slo_rule(limit: float, axis: str) -> alt.Chart:
+    """An SLO limit as a dashed line across the chart (along `axis`: "x" vertical, "y" horizontal), labelled."""
+    df = pd.DataFrame({"limit": [limit], "label": [f"SLO {limit:,g} ms"]})
+    rule = alt.Chart(df).mark_rule(strokeDash=[6, 4], color="#D55E00", size=2)
+    vertical = axis == "x"
+    text = alt.Chart(df).mark_text(
+        align="left", dx=4, dy=2 if vertical else -4, color="#D55E00", baseline="top" if vertical else "bottom"
+    )
+    return rule.encode(**{axis: "limit:Q"}, tooltip=["label"]) + text.encode(
+        **{axis: "limit:Q"}, text="label:N", **({"y": alt.value(0)} if vertical else {"x": alt.value(4)})
+    )
+
+
+def _bars(df: pd.DataFrame, title: str, extent: Any) -> alt.Chart:
+    domain = [min(0.0, float(np.min(extent))), float(np.max(extent)) * 1.05]
     return (
         alt.Chart(df)
         .mark_rect()  # each bin a rectangle from zero to its count (a bar mark with x2 drew only its top)
         .encode(
-            x=alt.X("lo:Q", title=title),
+            x=alt.X("lo:Q", title=title, scale=alt.Scale(domain=domain)),
             x2="hi:Q",
             y=alt.Y("requests:Q", title="requests"),
             y2="zero:Q",
@@ -99,11 +132,4 @@ def curves(rows: list[dict[str, Any]], x_title: str, y: str, y_title: str, limit
             tooltip=["configuration", alt.Tooltip("x:Q", title=x_title), alt.Tooltip(f"{y}:Q", format=",.1f")],
         )
     )
-    if limit is None:
-        return lines
-    rule = (
-        alt.Chart(pd.DataFrame({"limit": [limit], "label": [f"SLO {limit:,g} ms"]}))
-        .mark_rule(strokeDash=[6, 4], color="#D55E00")
-        .encode(y="limit:Q", tooltip=["label"])
-    )
-    return lines + rule
+    return lines if limit is None else lines + slo_rule(limit, "y")

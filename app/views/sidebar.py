@@ -120,7 +120,71 @@ def deployment_knobs(study: Study, start: dict[str, Any], options: Options) -> d
             help="Host DRAM keeping the KV pages HBM evicts; a prefix found there loads back instead of being "
             "recomputed (0: HBM only).",
         )
+        chosen |= _parallel_knobs(study, p, start, options)
+    chosen[knobs.SPECULATIVE] = _speculation(study, start)
     return chosen
+
+
+def _parallel_knobs(study: Study, p: str, start: dict[str, Any], options: Options) -> dict[str, Any]:
+    """DP attention, the nodes an instance spans and two-batch overlap: how a large MoE instance splits."""
+    sb = st.sidebar
+    c1, c2 = sb.columns(2)
+    chosen = {
+        p + "dp": _select(c1, "DP attention ranks", study, p + "dp", start, options),
+        p + "nodes": c2.number_input(
+            "nodes per instance",
+            *map(int, knobs.RANGES["nodes"]),
+            start[p + "nodes"],
+            1,
+            key=knob(study, p + "nodes"),
+            help="Nodes one instance's TP GPUs span (tp over nodes × the GPU's gpus_per_node); over 1 node, DP "
+            "attention keeps attention TP inside a node.",
+        ),
+    }
+    chosen[p + "two_batch_overlap"] = sb.checkbox(
+        "two-batch overlap (hides the MoE all-to-alls; needs DP attention and EP)",
+        start[p + "two_batch_overlap"],
+        key=knob(study, p + "two_batch_overlap"),
+    )
+    return chosen
+
+
+def _speculation(study: Study, start: dict[str, Any]) -> dict[str, Any] | None:
+    """Speculative decoding on the decode pool: off, MTP (the model's own MTP layers) with its draft tokens and
+    mean accepted length, or the study's own setting where it is another (a draft model)."""
+    sb = st.sidebar
+    own = start[knobs.SPECULATIVE]
+    choices = ["off", "MTP"] + (["as the study (draft model)"] if own and own["method"] != "mtp" else [])
+    first = "off" if own is None else "MTP" if own["method"] == "mtp" else choices[-1]
+    picked = sb.selectbox(
+        "speculative decoding (decode pool)",
+        choices,
+        choices.index(first),
+        key=knob(study, knobs.SPECULATIVE),
+        help="MTP drafts with the model's own multi-token-prediction layers (DeepSeek-V3, Kimi K2.x, GLM); a "
+        "model without them is refused with its reason.",
+    )
+    if picked == "off":
+        return None
+    if picked != "MTP":
+        return own
+    mine = own if own and own["method"] == "mtp" else knobs.mtp(1, knobs.MTP_TAU[1])
+    c1, c2 = sb.columns(2)
+    k = c1.selectbox(
+        "draft tokens", list(knobs.MTP_TAU), list(knobs.MTP_TAU).index(mine["draft_tokens"]), key=knob(study, "spec.k")
+    )
+    tau = mine["acceptance"] if isinstance(mine["acceptance"], float) and k == mine["draft_tokens"] else None
+    accepted = c2.number_input(
+        "accepted per step (τ)",
+        1.0,
+        k + 1.0,
+        float(tau or knobs.MTP_TAU[k]),
+        0.05,
+        key=knob(study, f"spec.tau.{k}"),
+        help="Mean tokens a sequence gains per verify step, the bonus token included (1 ≤ τ ≤ k + 1); DeepSeek-V3 "
+        "reports 85-90% acceptance of the second token with one MTP module: τ 1.85-1.9 at k = 1.",
+    )
+    return knobs.mtp(k, accepted)
 
 
 def _length_knob(col: Any, study: Study, label: str, path: str, start: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +265,19 @@ def pricing_knobs(study: Study, start: dict[str, Any], options: Options) -> dict
         help="The serving engine's preset (phaseplan presets): what it does around the kernels. Each has its own "
         "validated error band, shown under What-if's headline.",
     )
-    return {"profile": picked, "engine": engine}
+    low, high = knobs.RANGES[knobs.GPU_PRICE]
+    price = sb.number_input(
+        "GPU price ($ per GPU-hour)",
+        low,
+        high,
+        float(start[knobs.GPU_PRICE]),
+        0.25,
+        "%.2f",
+        key=knob(study, knobs.GPU_PRICE),
+        help="What one GPU-hour costs, for every pool (cost.gpu_hour_usd); it starts at the study's price (its "
+        "hardware preset's where it names none; the presets' prices are illustrative).",
+    )
+    return {"profile": picked, "engine": engine, knobs.GPU_PRICE: price}
 
 
 def traffic_knobs(study: Study, start: dict[str, Any], options: Options) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import streamlit as st
 
 from app import runs, scenario_io
@@ -49,28 +50,47 @@ def render(study: Study, overrides: dict[str, Any], opening: dict[str, Any]) -> 
         st.error(str(e))
         return
     pressed = st.button("Run simulation", type="primary", key="run")
+    st.html(f"<style>[class*=st-key-{STALE}] {{opacity: 0.4; filter: grayscale(1)}}</style>")  # stale numbers greyed
+    last: Run | None = st.session_state.get("latest")
+    if last is not None and last.study != study.label:
+        last = None
     if run is None and (pressed or overrides == opening):
+        slot = st.empty()
+        if last is not None:  # while the new run computes: the old numbers, greyed and labelled, not as current
+            with slot.container():
+                st.warning(f"**Running** ({_moved(overrides, last)})… the greyed numbers are the last run's: stale.")
+                with st.container(key=STALE + "-running"):
+                    _headline(last.result, None)
         try:
             run = execute(study, overrides)
         except InputError as e:
             st.error(str(e))
             return
+        finally:
+            slot.empty()
     if run is not None:
         st.session_state["latest"] = run
         show(study, run)
         return
-    last: Run | None = st.session_state.get("latest")
-    if last is None or last.study != study.label:
+    if last is None:
         st.info("Knobs changed: press **Run simulation** for their numbers.")
         return
+    st.warning(
+        f"**Stale:** these are the last run's numbers; knobs moved since ({_moved(overrides, last)}). Press **Run "
+        "simulation** for theirs."
+    )
+    with st.container(key=STALE):
+        show(study, last, stale=True)
+
+
+STALE = "stale-run"  # a run shown after its knobs moved, or while theirs computes: drawn greyed
+
+
+def _moved(overrides: dict[str, Any], last: Run) -> str:
+    """The knobs moved since `last` ran, as PATH=VALUE."""
     moved = {k: v for k, v in overrides.items() if last.overrides.get(k) != v}
     moved |= {k: "as written" for k in last.overrides if k not in overrides}
-    st.warning(
-        "**Stale:** these are the last run's numbers; knobs moved since ("
-        + ", ".join(f"{k}={v}" for k, v in moved.items())
-        + "). Press **Run simulation** for theirs."
-    )
-    show(study, last, stale=True)
+    return ", ".join(f"{k}={v}" for k, v in moved.items())
 
 
 def show(study: Study, run: Run, stale: bool = False) -> None:
@@ -85,26 +105,7 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
             f"study's own end; `phaseplan run {run.study}` runs all of it."
         )
     tag = source_tag(r)
-    sc = r["scenario"]
-    cost = per_mtok(m, result_gpu_hour_usd(sc))
-    if generating(m):
-        what, tok_s, per_gpu = "output throughput", m["output_tokens_per_s"], m["output_tokens_per_s_per_gpu"]
-    else:  # a prefill study: its requests answer one token, so what it serves is input
-        what, tok_s, per_gpu = "input throughput", m["input_tokens_per_s"], m["input_tokens_per_s"] / m["gpus"]
-    band = bands.headline_margins(r)  # each headline number's validated error band, beside it
-    cells = [
-        (what, num(tok_s, "tok/s"), band["output_tok_s"]),
-        (f"per GPU of the fleet ({m['gpus']:,})", num(per_gpu, "tok/s"), per_decode_gpu(r, tok_s)),
-        ("TTFT p95", num(m["ttft_ms"]["p95"], "ms"), band["ttft_ms"]),
-        ("TPOT p95", num(m["tpot_ms"]["p95"], "ms"), band["tpot_ms"]),
-        ("SLO attainment", num(m["slo_attainment"], "%"), None),
-        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$"), None),
-        ("KV occupancy max", num(m["kv_occupancy"]["max"], "%"), None),
-        ("max running (decode instance)", num(m["max_running"], "requests"), None),
-    ]
-    cols = st.columns(4)
-    for i, (label, value, note) in enumerate(cells):
-        metric(cols[i % 4], label, value, note, tag)
+    what, tok_s = _headline(r, tag)
     with st.expander("how sure: the error bands in full (docs/validation.md)"):
         for line in bands.headline(r, what, tok_s):
             st.caption(line)
@@ -161,6 +162,32 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
         _anatomy(r)
 
 
+def _headline(r: dict[str, Any], tag: str | None) -> tuple[str, float]:
+    """A run's headline numbers, its throughput and latencies each with its error band beside it; what its
+    throughput is (output, or a prefill study's input) and its tokens/s."""
+    m = r["metrics"]
+    cost = per_mtok(m, result_gpu_hour_usd(r["scenario"]))
+    if generating(m):
+        what, tok_s, per_gpu = "output throughput", m["output_tokens_per_s"], m["output_tokens_per_s_per_gpu"]
+    else:  # a prefill study: its requests answer one token, so what it serves is input
+        what, tok_s, per_gpu = "input throughput", m["input_tokens_per_s"], m["input_tokens_per_s"] / m["gpus"]
+    band = bands.headline_margins(r)  # each headline number's validated error band, beside it
+    cells = [
+        (what, num(tok_s, "tok/s"), band["output_tok_s"]),
+        (f"per GPU of the fleet ({m['gpus']:,})", num(per_gpu, "tok/s"), per_decode_gpu(r, tok_s)),
+        ("TTFT p95", num(m["ttft_ms"]["p95"], "ms"), band["ttft_ms"]),
+        ("TPOT p95", num(m["tpot_ms"]["p95"], "ms"), band["tpot_ms"]),
+        ("SLO attainment", num(m["slo_attainment"], "%"), None),
+        (f"cost per M {cost['cost_basis']}", num(cost["cost_per_mtok_usd"], "$"), None),
+        ("KV occupancy max", num(m["kv_occupancy"]["max"], "%"), None),
+        ("max running (decode instance)", num(m["max_running"], "requests"), None),
+    ]
+    cols = st.columns(4)
+    for i, (label, value, note) in enumerate(cells):
+        metric(cols[i % 4], label, value, note, tag)
+    return what, tok_s
+
+
 def per_decode_gpu(result: dict[str, Any], tok_s: float) -> str | None:
     """`123 tok/s per decode GPU (16)` where the fleet has GPUs that do not decode (disaggregated); else None."""
     decode = decode_gpus(result["scenario"])
@@ -192,12 +219,19 @@ def _tiers(t: dict[str, Any], tag: str) -> None:
 
 
 def _series(run: Run) -> None:
-    m = run.result["metrics"]
+    m, slo = run.result["metrics"], run.result["scenario"]["slo"]
     a, b = st.columns(2)
-    if run.ttft_ms.size:
-        a.altair_chart(charts.histogram(run.ttft_ms, "TTFT (ms)"))
-    if run.tpot_ms.size:
-        b.altair_chart(charts.histogram(run.tpot_ms, "TPOT (ms per output token)"))
+    for col, values, title, limit, key in (
+        (a, run.ttft_ms, "TTFT (ms)", slo["ttft_p95_ms"], "ttft_ms"),
+        (b, run.tpot_ms, "TPOT (ms per output token)", slo["tpot_p95_ms"], "tpot_ms"),
+    ):
+        if values.size:
+            col.altair_chart(charts.histogram(values, title, limit))
+            within = float(np.mean(values <= limit))
+            col.caption(
+                f"dashed line: the SLO, {title.split()[0]} p95 ≤ {limit:,g} ms; {num(within, '%')} of requests "
+                f"within it, p95 {num(m[key]['p95'], 'ms')}"
+            )
     a.altair_chart(charts.over_time(m["kv_occupancy"]["series"], "decode KV pages in use", percent=True))
     b.altair_chart(charts.over_time(run.waiting, "requests waiting for their first token"))
 
