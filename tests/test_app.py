@@ -262,3 +262,43 @@ def test_the_engine_is_a_knob_like_the_profile() -> None:
     items = knobs.url_items(base, {**base, "engine": "vllm-0.x"})
     assert items == ["engine=vllm-0.x"] and knobs.from_url(items, base, options) == ({"engine": "vllm-0.x"}, [])
     assert knobs.from_url(["engine=trt-llm"], base, options)[1]  # no such preset: refused, in one line
+
+
+def test_parallel_speculation_and_price_knobs_are_cli_overrides_and_round_trip_the_url() -> None:
+    """DP attention, nodes, two-batch overlap, MTP speculation and the GPU price: each a `--set` the run takes,
+    carried by the URL; a speculation the knob cannot show is refused with its reason."""
+    s = study("deepseek-v3-wide-ep")
+    start = knobs.start_values(s.scenario, s.raw)
+    assert start["deployment.decode.speculative"]["method"] == "mtp" and start["deployment.decode.dp"] > 1
+    options = knobs.select_options(s.scenario, s.raw, start, [c.value for c in pricing.choices(s)])
+    moved = {
+        **start,
+        "deployment.decode.speculative": knobs.mtp(2, 2.4),
+        "deployment.decode.two_batch_overlap": not start["deployment.decode.two_batch_overlap"],
+        "cost.gpu_hour_usd": 2.25,
+    }
+    over = knobs.overrides(knobs.study_values(s.scenario, s.raw), moved)
+    sc = runs.scenario_for(s, over)
+    spec = sc.deployment.decode.speculative
+    assert (spec.method, spec.draft_tokens, spec.acceptance) == ("mtp", 2, 2.4) and sc.cost.gpu_hour_usd == 2.25
+    assert sc.deployment.decode.two_batch_overlap == moved["deployment.decode.two_batch_overlap"]
+    items = knobs.url_items(start, moved)
+    assert knobs.from_url(items, start, options) == ({k: v for k, v in moved.items() if v != start[k]}, [])
+    off = knobs.overrides(knobs.study_values(s.scenario, s.raw), {**start, "deployment.decode.speculative": None})
+    assert runs.scenario_for(s, off).deployment.decode.speculative is None
+    _, errors = knobs.from_url(
+        [
+            'deployment.decode.speculative={"method": "draft", "draft_tokens": 1, "acceptance": 1.5}',
+            'deployment.decode.speculative={"method": "mtp", "draft_tokens": 9, "acceptance": 1.5}',
+            'deployment.decode.speculative={"method": "mtp", "draft_tokens": 1, "acceptance": 5}',
+            "deployment.decode.dp=3",
+            "deployment.decode.nodes=0",
+            "cost.gpu_hour_usd=-1",
+        ],
+        start,
+        options,
+    )
+    assert len(errors) == 6, errors
+    tp8 = study("kimi-k2.6-kv-formats")
+    with pytest.raises(InputError, match="dp"):  # a DP the pool cannot split into: one line naming the field
+        runs.scenario_for(tp8, {"deployment.decode.dp": 16})

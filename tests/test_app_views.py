@@ -191,3 +191,38 @@ def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
     band = next(c.value for c in at.caption if c.value.startswith("output throughput"))
     assert "model error ±" in band and "on vllm-0.x" in band
     assert any(c.value.startswith("TPOT p95") and "on vllm-0.x" in c.value for c in at.caption)
+
+
+def test_the_parallel_speculation_and_price_knobs_reach_the_command() -> None:
+    name = "deepseek-v3-wide-ep"  # DP attention, wide EP over 4 nodes, MTP
+    at = page(name, "What-if")
+    labels = {w.label for kind in ("selectbox", "number_input", "checkbox") for w in at.sidebar.get(kind)}
+    assert {
+        "DP attention ranks",
+        "nodes per instance",
+        "two-batch overlap (hides the MoE all-to-alls; needs DP attention and EP)",
+        "speculative decoding (decode pool)",
+        "GPU price ($ per GPU-hour)",
+    } <= labels
+    assert at.selectbox(key=key(name, "deployment.decode.speculative")).value == "MTP"
+
+    def command() -> str:
+        return next(h.proto.body for h in at.get("html") if "phaseplan run " in h.proto.body)
+
+    at.number_input(key=key(name, "cost.gpu_hour_usd")).set_value(2.0).run()
+    at.selectbox(key=key(name, "deployment.decode.speculative")).set_value("off").run()
+    assert not at.exception
+    line = command()
+    assert "--set cost.gpu_hour_usd=2.0" in line and "--set deployment.decode.speculative=null" in line
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error
+    latest = at.session_state["latest"].result
+    assert latest["scenario"]["deployment"]["decode"].get("speculative") is None
+    assert latest["scenario"]["cost"]["gpu_hour_usd"] == 2.0 and "speculative" not in latest["step_anatomy"]["decode"]
+
+    kimi = page("kimi-k2.6-kv-formats", "What-if")  # a model without MTP layers: one line says so
+    kimi.selectbox(key=key("kimi-k2.6-kv-formats", "deployment.decode.speculative")).set_value("MTP").run()
+    assert [e.value for e in kimi.error] == [
+        "--set deployment.decode.speculative.method: 'mtp' needs a model with MTP layers (kimi-k2.6 has none; use "
+        "method draft)"
+    ]
