@@ -302,3 +302,28 @@ def test_parallel_speculation_and_price_knobs_are_cli_overrides_and_round_trip_t
     tp8 = study("kimi-k2.6-kv-formats")
     with pytest.raises(InputError, match="dp"):  # a DP the pool cannot split into: one line naming the field
         runs.scenario_for(tp8, {"deployment.decode.dp": 16})
+
+
+def test_the_charts_draw_the_slo_and_mark_what_does_not_fit() -> None:
+    """The TTFT/TPOT histograms carry the SLO as a dashed, labelled line inside their axis; a configuration that
+    does not fit is named so under its memory bar and drawn faded."""
+    import numpy as np
+
+    from app.views import charts
+
+    spec = charts.histogram(np.array([10.0, 20.0, 400.0]), "TTFT (ms)", 2000.0).to_dict()
+    bars, slo = spec["layer"]
+    assert bars["encoding"]["x"]["scale"]["domain"][1] >= 2000.0  # the line is inside the axis, not cut off
+    rule, text = slo["layer"]
+    assert rule["mark"]["type"] == "rule" and rule["mark"]["strokeDash"] and text["mark"]["type"] == "text"
+    data = spec["datasets"][slo["data"]["name"]]
+    assert data == [{"limit": 2000.0, "label": "SLO 2,000 ms"}]
+    s = study("kimi-k2.6-decode")
+    sc = runs.scenario_for(s, {"hardware": "h100", "deployment.decode.weights": "bf16"})
+    own = s.scenario
+    ok = gpu_memory.gpu_memory(own.model, own.hardware, own.deployment.decode, "a")
+    no = gpu_memory.gpu_memory(sc.model, sc.hardware, sc.deployment.decode, "b")
+    spec = charts.memory_bars([ok, no]).to_dict()
+    rows = next(iter(spec["datasets"].values()))
+    assert {r["GPU"] for r in rows} == {"a", f"b {charts.NO_FIT}"}
+    assert {r["fits"] for r in rows if r["GPU"] == "a"} == {"fits"} and spec["encoding"]["opacity"]["condition"]

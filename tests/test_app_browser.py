@@ -6,9 +6,12 @@ that a failure."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
@@ -61,6 +64,8 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
 
         metric(page, "KV tokens per instance", num(kv_tokens["pools"]["decode"]["kv_tokens"]))
         assert "676,567" in page.inner_text("body")  # the BF16-cache row of the side-by-side table
+        sidebar = page.locator("[data-testid=stSidebar]").inner_text()
+        assert all(k in sidebar for k in KNOBS), [k for k in KNOBS if k not in sidebar]
         snapshot(page, img / "app-capacity.png")
 
         page.get_by_role("tab", name="What-if").click()
@@ -71,16 +76,24 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         stale = page.locator("[data-testid=stAlert]").filter(has_text="Stale:").first
         stale.wait_for()  # the BF16 answer stays on the page, marked, until FP8's lands
         assert "deployment.decode.kv_cache=fp8_e4m3" in stale.inner_text()
+        greyed = page.locator("[class*=st-key-stale-run]").first.evaluate("e => getComputedStyle(e).opacity")
+        assert float(greyed) < 1  # the stale numbers drawn greyed, not as current ones
         metric(page, "output throughput", num(bf16["output_tokens_per_s"], "tok/s"))
         page.locator(".st-key-run button").click()
         metric(page, "output throughput", num(fp8["output_tokens_per_s"], "tok/s"))
         metric(page, "TPOT p95", num(fp8["tpot_ms"]["p95"], "ms"))
         assert "MODELED" in page.inner_text("body")
+        for label in ("output throughput", "TTFT p95", "TPOT p95"):  # the band beside each headline number
+            box = page.locator("[data-testid=stMetric]").filter(has_text=label).first
+            assert "model error" in box.locator("[data-testid=stMetricDelta]").inner_text()
         # The charts are drawn only when asked for: none until their toggles are on.
         charts = page.locator("[data-testid=stVegaLiteChart]")
         assert charts.count() == 0
         page.locator(".st-key-charts-series label").click()
         charts.nth(3).wait_for()  # TTFT and TPOT distributions, KV occupancy and waiting over time
+        page.get_by_text("dashed line: the SLO, TTFT p95 ≤").first.wait_for()
+        page.wait_for_timeout(1500)  # the charts finish drawing
+        assert slo_pixels(charts.nth(0)) > 50  # the TTFT chart draws its SLO line (its colour, nothing else's)
         page.locator(".st-key-charts-anatomy label").click()
         charts.nth(4).wait_for()  # and a step's time by op family
         snapshot(page, img / "app-whatif.png")
@@ -100,6 +113,7 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         snapshot(page, img / "app-compare.png")
 
         page.get_by_role("tab", name="What-if").click()
+        page.get_by_text("how sure: the error bands in full").first.click()  # the bands' whole lines
         band = page.locator("[data-testid=stCaptionContainer]").filter(has_text="model error ±").first
         assert "on sglang-0.5" in band.inner_text()  # the study's engine, and its error beside the headline
         choose(page, "-engine", "vllm-0.x")
@@ -122,6 +136,24 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
 
 
 CLIPPED = "e => [e, ...e.querySelectorAll('*')].some(x => x.scrollWidth > x.clientWidth + 1)"
+DOUBLED = re.compile(r"(?<![\w.])(\S+=\S+) \1(?!\S)")
+KNOBS = (
+    "DP attention ranks",
+    "nodes per instance",
+    "two-batch overlap",
+    "speculative decoding (decode pool)",
+    "GPU price ($ per GPU-hour)",
+)
+
+
+def slo_pixels(chart: Any) -> int:
+    """Pixels of a chart drawn in the SLO line's colour (#D55E00, no other mark of the page's uses it)."""
+    from PIL import Image
+
+    shot = Image.open(io.BytesIO(chart.screenshot())).convert("RGB")
+    return sum(1 for r, g, b in shot.getdata() if abs(r - 0xD5) < 40 and abs(g - 0x5E) < 40 and b < 60)
+
+
 PLAN_STUDY = "glm-5.2-weight-formats"  # 32 requests a trial: a search answers in seconds
 
 
@@ -141,11 +173,20 @@ def test_plan_inputs_answer_and_files_in_chromium(tmp_path: Path) -> None:
         line = plan_box.inner_text()
         page.locator(".st-key-plan-plan button").click()
         page.get_by_text("winner:").first.wait_for(timeout=300_000)
-        # One answer: the CLI, asked the printed question, names the same winner (same trials, windows, stopping)
-        want = answer(" ".join(line.split()))["winner"]["label"]
-        assert page.get_by_text(f"winner: {want}", exact=True).count() == 1
+        # One answer: the CLI, asked the printed question, names the same winner (same trials, windows, stopping),
+        # as an operator says it: the one-line layout, its runners-up too
+        want = answer(" ".join(line.split()))
+        assert page.get_by_text(f"winner: {want['winner']['layout']}", exact=True).count() == 1
+        runners = page.locator("[data-testid=stTable]").filter(has_text="runner-up")
+        for r in want["runners_up"]:
+            assert r["layout"] in runners.inner_text()
         for label in ("GPUs", "TTFT p95", "TPOT p95", "output throughput", "cost per M"):
             page.locator("[data-testid=stMetric]").filter(has_text=label).first.wait_for()
+        for label in ("TTFT p95", "TPOT p95", "output throughput"):  # the winner's band beside its numbers
+            box = page.locator("[data-testid=stMetric]").filter(has_text=label).first
+            assert "model error" in box.locator("[data-testid=stMetricDelta]").inner_text()
+        body = page.inner_text("body")
+        assert not DOUBLED.search(body), DOUBLED.search(body)  # no label said twice ("weights=bf16 weights=bf16")
         values = page.locator("[data-testid=stMetricValue]")
         clipped = [
             values.nth(i).inner_text()

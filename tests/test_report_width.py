@@ -11,6 +11,7 @@ import pytest
 from cli_helpers import invoke
 from rich.cells import cell_len
 
+from simulator.planning.report import question_gpus as plan_gpus
 from simulator.results.numbers import figure
 from simulator.results.report import step_name
 from simulator.results.sweep_table import PRIORITY, sweep_table
@@ -47,6 +48,17 @@ def test_a_disaggregated_run_says_per_decode_gpu(monkeypatch, capsys) -> None:
     decode = re.search(r"per decode GPU \((\d+)\)\s*│\s*([\d,.]+)", out)
     assert fleet and decode and int(decode[1]) < int(fleet[1])
     assert float(decode[2].replace(",", "")) > float(fleet[2].replace(",", ""))
+
+
+def test_headings_name_the_hardware_that_ran_not_the_file(monkeypatch, capsys) -> None:
+    """A study named for one GPU run on another is headed by the GPU it ran on; a plan says what it searched."""
+    monkeypatch.setenv("COLUMNS", "80")
+    path = str(ROOT / "scenarios" / "kimi-k2.6-decode.yaml")
+    code, out, err = invoke(monkeypatch, capsys, "run", path, "--set", SHORT, "--set", "hardware=b200")
+    assert code == 0, err
+    assert re.match(r"kimi-k2.6-decode: \d+ B200, ", out.splitlines()[0]), out.splitlines()[0]
+    question = {"hardware": "h200", "space": [{"dims": {"deployment.decode.hardware": ["h200", "b200"]}}]}
+    assert plan_gpus(question) == "H200 or B200" and plan_gpus({"hardware": "b200", "space": []}) == "B200"
 
 
 def test_a_step_is_named_once() -> None:

@@ -77,7 +77,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
             gpu = f" on {sc.hardware_of(pool).name}" if sc.mixed_hardware else ""
             st.subheader(f"{name} pool · {pool.instances} × TP{pool.tp}{gpu}")
             if not g.fits:
-                st.error(f"{charts.NO_FIT} — {name}: {g.reason}")
+                st.error(f"✗ {name}: {g.reason}")
             a, b = st.columns(2)
             a.metric("weights per GPU", num(g.weights_gib, "GiB"))
             b.metric("KV pool per GPU", num(g.kv_gib, "GiB"))
@@ -111,7 +111,7 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
                 "KV tokens/instance": num(v.kv_tokens),
                 "pages": num(v.pages),
                 f"requests of {ctx:,} tokens/instance": num(v.concurrency(ctx)),
-                "fits": "yes" if v.fits else f"{charts.NO_FIT}: {v.reason}",
+                "fits": "yes" if v.fits else f"✗ {v.reason}",
             }
             for v in vs
         ],

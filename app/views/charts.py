@@ -27,7 +27,7 @@ def memory_bars(gpus: list[GpuMemory]) -> alt.Chart:
             "part": part,
             "GiB": round(v, 2),
             "order": PARTS.index(part),
-            "fits": "fits" if g.fits else f"does not fit: {g.reason}",
+            "fits": "fits" if g.fits else g.reason,
         }
         for g in gpus
         for part, v in g.segments().items()

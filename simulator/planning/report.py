@@ -75,12 +75,26 @@ def _narrow(console: Console) -> Folding:
     return Folding(console)
 
 
+def question_gpus(q: dict[str, Any]) -> str:
+    """The GPUs a plan's question runs on, from its scenario's hardware and any GPU the search varies (never the
+    scenario's name: `init --hardware b200` then `--set hardware=b200` on a file named …-h200 plans B200s)."""
+    kinds = [q.get("hardware", "?")]
+    for branch in q.get("space", []):
+        for path, values in branch["dims"].items():
+            if path.endswith("hardware") and isinstance(values, list):
+                kinds += [v for v in values if isinstance(v, str)]
+    return " or ".join(k.upper() for k in dict.fromkeys(kinds))
+
+
 def print_plan(console: Console, p: dict[str, Any]) -> None:
     console = _narrow(console)
     q = p["question"]
     goal = "fewest GPUs" if q["objective"] == "gpus" else "lowest cost per million tokens"
     console.print(
-        styled((q["scenario"], "bold"), f" at {q['rate']:g} {q['rate_unit']}: {goal} within {_slo(q['slo'])}")
+        styled(
+            (q["scenario"], "bold"),
+            f" on {question_gpus(q)} at {q['rate']:g} {q['rate_unit']}: {goal} within {_slo(q['slo'])}",
+        )
     )
     w = p["winner"]
     if w is None:

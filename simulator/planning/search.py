@@ -419,6 +419,7 @@ def plan(
     return {
         "question": {
             "scenario": sc.name,
+            "hardware": sc.hardware.name,  # what the scenario runs on (its name may say otherwise: a heading uses it)
             "rate": rate,
             "rate_unit": unit(sc),
             "slo": slo.to_json(),

@@ -106,7 +106,7 @@ def window_lines(m: dict[str, Any]) -> list[str]:
 def print_run(console: Console, result: dict[str, Any]) -> None:
     m, it = result["metrics"], result["integrity"]
     text = Folding(console)
-    text.print(styled((result["scenario"]["name"], "bold"), f"  ({m['gpus']} GPUs, {m['duration_s']:.1f} s simulated)"))
+    text.print(styled((result["scenario"]["name"], "bold"), f": {fleet(result)}, {m['duration_s']:,.1f} s simulated"))
     for line in window_lines(m):
         text.print(line)
     t = Table("metric", "value", show_header=False)
@@ -160,6 +160,18 @@ def print_run(console: Console, result: dict[str, Any]) -> None:
     console.print(t)
     print_anatomy(console, result)
     text.print(provenance_line(result))
+
+
+def fleet(result: dict[str, Any]) -> str:
+    """The GPUs a Result ran on, by kind: `32 H200`, `16 H100 + 16 H200` (its hardware, whatever its name says)."""
+    m = result["metrics"]
+    by_pool = m.get("cost_by_pool")
+    if by_pool:
+        kinds: dict[str, int] = {}
+        for p in by_pool.values():
+            kinds[p["hardware"].upper()] = kinds.get(p["hardware"].upper(), 0) + p["gpus"]
+        return " + ".join(f"{n:,} {k}" for k, n in kinds.items())
+    return f"{m['gpus']:,} {result['scenario']['hardware']['name'].upper()}"
 
 
 def per_gpu_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
