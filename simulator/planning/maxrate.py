@@ -157,6 +157,7 @@ def max_rate(
     return {
         "max_rate_rps": lo,
         "layout": one_line(at),
+        "decode_gpus": at.deployment.decode.gpus,  # a per-GPU figure per decode GPU too (report.print_answer)
         "rate_unit": unit(sc),
         "overrides": rate_overrides(sc, lo, base_dir),
         "requests_per_s": requests_per_s(lo, best["metrics"], at),

@@ -35,11 +35,15 @@ def _percentiles(m: dict[str, Any], key: str) -> str:
     return f"{_ms(p['p50'])} / {_ms(p['p95'])} / {_ms(p['p99'])} ms"
 
 
-def _throughput(m: dict[str, Any]) -> str:
+def _throughput(m: dict[str, Any], decode_gpus: int | None = None) -> str:
+    """Tokens/s, and per GPU said per what: of the fleet, and of the decode pool where that is fewer GPUs."""
     tput = point("", m)
     basis = tput["token_basis"]
     total = m["output_tokens_per_s"] if basis == "output tokens" else m["input_tokens_per_s"] + m["output_tokens_per_s"]
-    return f"{total:,.0f} {basis}/s ({tput['tokens_per_s_per_gpu']:,.1f} per GPU)"
+    per = f"{tput['tokens_per_s_per_gpu']:,.1f} per GPU of the fleet"
+    if decode_gpus and decode_gpus < m["gpus"] and basis == "output tokens":
+        per += f", {total / decode_gpus:,.1f} per decode GPU"
+    return f"{total:,.0f} {basis}/s ({per})"
 
 
 def print_answer(console: Console, layout: str, e: dict[str, Any]) -> None:
@@ -47,7 +51,9 @@ def print_answer(console: Console, layout: str, e: dict[str, Any]) -> None:
     m = e["metrics"]
     console.print(styled("  ", (layout, "bold")))
     console.print(f"  TTFT p50/p95/p99 {_percentiles(m, 'ttft_ms')}; TPOT p50/p95/p99 {_percentiles(m, 'tpot_ms')}")
-    console.print(f"  {_throughput(m)}, {_usd(e['cost_per_mtok_usd'])} per million {e['cost_basis']}")
+    console.print(
+        f"  {_throughput(m, e.get('decode_gpus'))}, {_usd(e['cost_per_mtok_usd'])} per million {e['cost_basis']}"
+    )
     if e.get("binding"):
         console.print(f"  binding limit: {e['binding']}")
     console.print(f"  {describe(e)}")
@@ -138,10 +144,10 @@ def print_plan(console: Console, p: dict[str, Any]) -> None:
     for line in p.get("hints", []):
         console.print(f"  hint: {line}", overflow="fold")
     console.print(
-        f"{p['candidates']} candidates: {p['pruned']} pruned ({p['pruned_before_simulating']} before "
-        f"simulating), {p['simulated']} simulated ({p['stopped_early']} stopped early), "
-        f"{p['not_simulated']} not needed (more GPUs than the winner and runners-up)"
-        + (f"; {p['simulations_run']} trials run in all" if p.get("simulations_run") != p["simulated"] else "")
+        f"{p['candidates']:,} candidates: {p['pruned']:,} pruned ({p['pruned_before_simulating']:,} before "
+        f"simulating), {p['simulated']:,} simulated ({p['stopped_early']:,} stopped early), "
+        f"{p['not_simulated']:,} not needed (more GPUs than the winner and runners-up)"
+        + (f"; {p['simulations_run']:,} trials run in all" if p.get("simulations_run") != p["simulated"] else "")
     )
     console.print(provenance_line(p))
 

@@ -75,6 +75,7 @@ def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
         "label": label(c.overrides),
         "layout": one_line(c.scenario),
         "gpus": c.gpus,
+        "decode_gpus": c.scenario.deployment.decode.gpus,  # a per-GPU figure per decode GPU too
         **per_mtok(c.outcome["metrics"], price),
         "binding": slo.binding(c.outcome["metrics"]),
         "trial": c.outcome["overrides"],  # the length the stopping rule ran it to (empty: the study's own)
