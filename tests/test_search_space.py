@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cli_helpers import invoke
 from test_planning import KIMI, LIMITS, SHORT
@@ -114,3 +116,11 @@ def test_no_winner_names_the_bound_and_the_count_that_passes_it() -> None:
         assert (
             Bounds(SLO.parse(LIMITS, sc_n)).pool_reason(sc_n, KIMI.parent, "prefill", pool, False) is None
         ) == passes
+
+
+def test_a_space_names_each_field_once() -> None:
+    """A dimension of both pools' weights at once reads `weights=int4`, not `weights=int4 weights=int4`."""
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "glm-5.2-weight-formats.yaml"
+    sc, raw = loader.load(path, [])
+    text = spaces.default(sc, raw).describe()
+    assert "weights=int4" in text and "weights=int4 weights=int4" not in text

@@ -15,7 +15,7 @@ from app.views import charts, command
 from app.views.fmt import cli_line, metric, num, source_tag
 from simulator.errors import InputError
 from simulator.results.cost import generating, per_mtok, result_gpu_hour_usd
-from simulator.results.report import decode_gpus, provenance_line, window_lines
+from simulator.results.report import decode_gpus, provenance_line, step_name, window_lines
 from simulator.validation import bands
 
 
@@ -243,8 +243,6 @@ def _anatomy(r: dict[str, Any]) -> None:
         for kind, size in (("prefill_chunk", "tokens"), ("decode_step", "batch")):
             if pool != "summary" and kind in entry:
                 step = entry[kind]
-                cols[i % 2].caption(
-                    f"{pool} · {kind.replace('_', ' ')} ({size} {step[size]:,}): {num(step['ms'], 'ms')}"
-                )
+                cols[i % 2].caption(f"{step_name(pool, kind)} ({size} {step[size]:,}): {num(step['ms'], 'ms')}")
                 cols[i % 2].altair_chart(charts.step_time(step["by_family"]))
                 i += 1

@@ -116,9 +116,19 @@ def _values_text(values: Sequence[Any]) -> str:
 
 
 def _value_text(v: Any) -> str:
-    if isinstance(v, dict):
-        return " ".join(f"{k.rsplit('.', 1)[-1]}={x}" for k, x in v.items())
-    return str(v)
+    """A value as a person reads it; a value of several fields at once (both pools' weights) names each field
+    once: `weights=int4` where every pool takes the same, `prefill.weights=int4 decode.weights=fp8` where not."""
+    if not isinstance(v, dict):
+        return str(v)
+    by_name: dict[str, list[tuple[str, Any]]] = {}
+    for k, x in v.items():
+        by_name.setdefault(k.rsplit(".", 1)[-1], []).append((k, x))
+    return " ".join(
+        f"{name}={items[0][1]}"
+        if len({str(x) for _, x in items}) == 1
+        else " ".join(f"{_short(k)}={x}" for k, x in items)
+        for name, items in by_name.items()
+    )
 
 
 def _dims_json(dims: dict[str, Sequence[Any]]) -> dict[str, Any]:

@@ -180,15 +180,16 @@ def _calibrated(engine: EngineSpec, k: Kind) -> Any:
 
 
 def margin(engine: EngineSpec, k: Kind, cell: Cell) -> str:
-    """The band of `line` in a few words, to stand beside a number on the page: `±16% model error`, with
-    `(outside the validated region)` or `(fitted engine)` where that is what it is; `no error band` where none."""
+    """The band of `line` in a few words, short enough to stand whole beside a number on the page: `±16% model
+    error` inside the validated region, `±16% error (extrapolated)` outside it (its neighbours' band), `±16% error
+    (fitted engine)` for a calibrated engine; `no error band` where none."""
     if engine.calibration is not None:
         e = _calibrated(engine, k)
-        return "no error band" if e is None else f"±{e.median:.0%} model error (fitted engine)"
+        return "no error band" if e is None else f"±{e.median:.0%} error (fitted engine)"
     b = _committed().pick(k, cell)
     if b is None:
         return "no error band"
-    return f"±{b.width:.0%} model error" + ("" if b.inside else " (outside the validated region)")
+    return f"±{b.width:.0%} model error" if b.inside else f"±{b.width:.0%} error (extrapolated)"
 
 
 def headline_margins(result: dict[str, Any]) -> dict[str, str]:
