@@ -21,16 +21,6 @@ from simulator.errors import InputError
 from simulator.results.numbers import figure
 
 WIDE = 120  # columns from which the table shows GPU, engine, prediction and leave-one-out error
-SUMMARY = (
-    "median_abs_error",
-    "max_abs_error",
-    "median_abs_loo_error",
-    "max_abs_loo_error",
-    "median_abs_loso_error",
-    "max_abs_loso_error",
-    "sources",
-    "band_coverage",
-)
 METRIC = {  # a metric as the narrow table names it (the unit follows from the name)
     "output_tok_s": "out tok/s",
     "input_tok_s": "in tok/s",
@@ -52,6 +42,27 @@ METRIC = {  # a metric as the narrow table names it (the unit follows from the n
 
 
 KIND = {"throughput": "tput", "tpot": "TPOT", "ttft": "TTFT", "e2el": "E2E"}
+# A case in `--json`: what judges it (its figures and errors) and where it is filed; the rest (engine version,
+# unit, how it is measured, the source's repository) is in `--out`'s CSV. The document is read whole by scripts
+# that pass it as one argument, which Linux caps at 128 KiB: the corpus must fit it as it grows.
+JSON_FIELDS = (
+    "id",
+    "source_id",
+    "source",
+    "engine",
+    "hardware",
+    "weights",
+    "model_class",
+    "regime",
+    "kind",
+    "metric",
+    "published",
+    "predicted",
+    "error",
+    "loo_error",
+    "loso_error",
+)
+DIGITS = 6  # significant digits of a figure in --json, decimals of an error: far below any error it states
 
 
 def register(cli: click.Group, json_option: Callable[..., Any], console: Console, dump: Any) -> None:
@@ -98,7 +109,7 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         if write_bands:
             write_files({bands.BANDS: json.dumps(bands.from_rows(res["cases"]), indent=1, sort_keys=True) + "\n"})
         if as_json:
-            click.echo(dump({k: res[k] for k in ("cases", *SUMMARY, "coverage", "by_source", "fitted")}))
+            click.echo(dump(json_doc(res), compact=True))
             return
         if coverage:
             console.print(coverage_table(res["coverage"], bands.MIN_SOURCES, console.width))
@@ -107,6 +118,21 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         else:
             console.print(case_table(res["cases"], console.width))
         console.print(summary_line(res))
+
+
+def json_doc(res: dict[str, Any]) -> dict[str, Any]:
+    """`--json`: each case's `JSON_FIELDS` rounded (`DIGITS`), the summary over the rounded cases (so it agrees
+    with them exactly), the coverage matrix, the sources and the fitted values."""
+    from simulator.validation import suite as vsuite
+
+    cases = [{k: _rounded(k, r[k]) for k in JSON_FIELDS} for r in res["cases"]]
+    return {"cases": cases, **vsuite.summary(cases), **{k: res[k] for k in ("coverage", "by_source", "fitted")}}
+
+
+def _rounded(key: str, v: Any) -> Any:
+    if not isinstance(v, float):
+        return v
+    return round(v, DIGITS) if key.endswith("error") else float(f"{v:.{DIGITS}g}")
 
 
 def case_table(rows: list[dict[str, Any]], width: int) -> Table:
