@@ -103,6 +103,7 @@ def test_sweep_without_out_writes_nothing_and_says_so(tmp_path: Path, monkeypatc
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
     assert "no files written: --out DIR writes" in out
+    assert "tok/s/GPU: output tokens/s per GPU of the fleet" in out  # per what
     _check_80(out)
     code, _, err = invoke(monkeypatch, capsys, "sweep", str(s), "--pareto")
     assert (

@@ -268,6 +268,8 @@ def print_sweep(console: Console, sc: Scenario, results: list[dict[str, Any]], c
     for r in (r for r in results if "error" in r):
         where = " ".join(f"{p.split('.')[-1]}={v}" for p, v in r["point"].items())
         text.print(f"failed {where}: {r['error']}")
+    if "tok/s/GPU" not in left:
+        text.print("tok/s/GPU: output tokens/s per GPU of the fleet (prefill GPUs included)")
     if left:
         text.print(f"in the CSV (--out) also: {', '.join(left)}")
     for axis in (a for a in DELTA_AXES if a in sc.sweep):
