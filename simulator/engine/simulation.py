@@ -9,6 +9,7 @@ engine in step mode with a device timer in place of the cost model (`engine.time
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from collections.abc import Callable, Iterator
@@ -206,18 +207,7 @@ class Simulation:
         rec.retry_output += output
         if prompt:
             rec.retry_prefill_s += self._prefill_s(prompt)
-        again = Request(
-            req.id,
-            t + wait,
-            req.prompt_tokens,
-            req.output_tokens,
-            req.session,
-            req.client,
-            req.turn,
-            req.blocks,
-            req.block_tokens,
-        )
-        self.env.process(self._feed([again]))
+        self.env.process(self._feed([dataclasses.replace(req, arrival=t + wait)]))  # all of it, sent again
         return True
 
     def _prefill_s(self, tokens: int) -> float:
