@@ -148,3 +148,19 @@ def test_what_is_recorded_until_a_moment_holds_every_first_token_and_finish_befo
         assert bound <= sim.env.now
         assert all(not sim.records[i].first_token < bound for i in no_first)  # NaN (never) passes too
         assert all(not sim.records[i].finish < bound for i in unfinished)
+
+
+def test_max_rate_counts_a_rate_as_met_only_where_the_study_as_written_meets_it_too() -> None:
+    from simulator.planning.maxrate import as_written
+
+    both = {"meets": True, "reason": None, "as_written": None}
+    assert as_written(both) == both
+    longer_only = {"meets": True, "reason": None, "as_written": "misses TTFT: p95 2,100 ms > 2,000 ms"}
+    got = as_written(longer_only)
+    assert (
+        not got["meets"]
+        and got["reason"].startswith("misses TTFT: p95 2,100 ms")
+        and "longer, it meets" in got["reason"]
+    )
+    missed = {"meets": False, "reason": "misses TPOT: p95 61.0 ms > 60 ms", "as_written": None}
+    assert as_written(missed) == missed

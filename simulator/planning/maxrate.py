@@ -175,6 +175,7 @@ def max_rate(
         "binding": slo.binding(best["metrics"]),
         "trial": best["overrides"],  # the length the stopping rule ran the answer's trial to (empty: the study's)
         "trial_precision": best["precision"],
+        "trial_settled": best["settled"],
         "metrics": best["metrics"],
         "above": {f"{r:g}": search.seen[r]["reason"] for r in probes},  # None: it met the SLO after all
         "trials": [

@@ -79,6 +79,7 @@ def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
         "binding": slo.binding(c.outcome["metrics"]),
         "trial": c.outcome["overrides"],  # the length the stopping rule ran it to (empty: the study's own)
         "trial_precision": c.outcome["precision"],
+        "trial_settled": c.outcome["settled"],  # its intervals settle its verdict (so it was lengthened no further)
         "metrics": c.outcome["metrics"],
     }
 

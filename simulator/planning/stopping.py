@@ -144,8 +144,9 @@ def lengthened(sc: Scenario, path: str, value: float | int) -> Scenario:
 
 def describe(answer: dict[str, Any]) -> str:
     """What an answer's figures were read over, for a report: its window, the trial's length and the binding
-    metric's precision — `steady state 52-1,200 s of a 1,200 s trial (the study's 300 s, lengthened by the
-    stopping rule); binding p95 ±9.6% (cap reached: 4x)`."""
+    metric's precision, and why it was not lengthened further where that is wider than ±5% — `steady state
+    52-1,200 s of a trial of 1,200 s of arrivals (lengthened by the stopping rule); binding p95 ±9.6% (the cap:
+    4x the study's length, or the work limits)`."""
     m = answer["metrics"]
     w, state = m["window_s"], m["steady_state"]
     over = answer.get("trial") or {}
@@ -156,6 +157,10 @@ def describe(answer: dict[str, Any]) -> str:
     where = f"steady state {w[0]:,.0f}-{w[1]:,.0f} s" if state["reached"] else f"NO STEADY STATE ({state['why']})"
     rel = answer.get("trial_precision")
     precision = f"binding p95 ±{rel:.1%}" if rel is not None else "binding p95 without an interval"
-    if rel is None or rel > PRECISION:
-        precision += f" (the cap: {2**DOUBLINGS}x the study's length)" if length else " (not lengthened)"
+    if answer.get("trial_settled") and (rel is None or rel > PRECISION):
+        precision += " (its intervals clear of every limit: the verdict is settled, so not lengthened further)"
+    elif rel is None or rel > PRECISION:
+        precision += (
+            f" (the cap: {2**DOUBLINGS}x the study's length, or the work limits)" if length else " (not lengthened)"
+        )
     return f"{where} of {trial}; {precision}"

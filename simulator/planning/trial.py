@@ -197,11 +197,11 @@ def _run(trial: Trial, sc: Scenario) -> dict[str, Any]:
 
 
 def run_trial(trial: Trial) -> dict[str, Any]:
-    """`{"meets", "reason", "stopped_early", "metrics", "overrides", "doublings", "precision", "as_written"}`: the
-    verdict of the last run, lengthened by the stopping rule (`stopping`; a trial without an SLO runs once, as
-    given), the overrides that make its length (empty: the scenario's own), its binding metric's relative
-    half-width, and why its first run, at the scenario's own length, misses the SLO (None: it meets it). A
-    candidate that does not fit has no metrics."""
+    """`{"meets", "reason", "stopped_early", "metrics", "overrides", "doublings", "precision", "settled",
+    "as_written"}`: the verdict of the last run, lengthened by the stopping rule (`stopping`; a trial without an
+    SLO runs once, as given), the overrides that make its length (empty: the scenario's own), its binding metric's
+    relative half-width, whether its intervals settle its verdict, and why its first run, at the scenario's own
+    length, misses the SLO (None: it meets it). A candidate that does not fit has no metrics."""
     sc, slo = trial.scenario, trial.slo
     if trial.resume is not None:
         out, over, n = trial.resume, dict(trial.resume["overrides"]), trial.resume["doublings"]
@@ -221,11 +221,13 @@ def run_trial(trial: Trial) -> dict[str, Any]:
             break  # the work limits cap the trial where they stand
         over, n = {nxt[0]: nxt[1]}, n + k
         out = _run(trial, longer)
-    precision = stopping.binding_precision(out["metrics"], slo) if slo is not None and out["metrics"] else None
+    judged = slo is not None and out["metrics"] is not None
+    precision = stopping.binding_precision(out["metrics"], slo) if judged else None  # type: ignore[arg-type]
     return {
         **out,
         "overrides": over,
         "doublings": n,
         "precision": None if precision is None else round(precision, 4),
+        "settled": judged and stopping.settled(out, slo),  # type: ignore[arg-type]
         "as_written": first,
     }
