@@ -66,8 +66,8 @@ class _Watch:
     request counts as soon as its latency is surely over a limit, finished or not: one still waiting for its first
     token at `settled()` (`Simulation.recorded_until`) has waited longer than that, one still decoding has run at
     least that long (unless a client retried it: its first token is then a later attempt's), and one that never
-    finishes fails the run anyway (`SLO.verdict`). So a run whose queue
-    builds up stops once the wait of the requests after `since` shows it, not when they are at last served.
+    finishes fails the run anyway (`SLO.verdict`). So a run whose queue builds up stops once the wait of the
+    requests after `since` shows it, not when they are at last served.
     """
 
     def __init__(
