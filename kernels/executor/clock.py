@@ -36,6 +36,7 @@ from kernels.executor.paged_kv import PagedKV, token_bytes
 from kernels.executor.runner import LayerPlan, MTPModule, RankModel
 from kernels.executor.step import build
 from kernels.executor.tiers import TierBuffers
+from kernels.timing import preemptions
 from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_bytes_per_gpu
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.timer import CostTimer, Stepping, Timed
@@ -265,8 +266,10 @@ class ReplayClock:
             return None, check
         if decision == "reuse":
             return bucket.time(), check
+        away = preemptions()
         step = self._execute(inst, runner, plan, kv)
         bucket.samples.append(step)
+        bucket.preempted.append(preemptions() - away)
         if self.sampler.wants_families(bucket, self.device_s):
             self._sample_families(inst, runner, plan, kv, check)
         if self.between is not None:

@@ -19,7 +19,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from kernels.executor.clock import Families
 from kernels.executor.device import prepare
+from kernels.executor.overhead import GLUE
+from kernels.executor.overhead import measure as measure_overhead
 from kernels.executor.replay import device_name, replay
 from kernels.measure import time_op
 from kernels.profiler import flat, unmeasurable
@@ -29,6 +32,7 @@ from simulator.engine.run import simulate
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.ops import COLLECTIVES
 from simulator.pricing.profile import Profile
+from simulator.pricing.step_overhead import StepOverhead
 
 SKIP = frozenset({"requests", "gpus"})  # inputs, not outcomes
 HERE = "here"  # --profile here: the scenario's op shapes timed on this device, in this run
@@ -70,6 +74,30 @@ def _replay_spread(timer: Any) -> float | None:
     """Half the range of a bucket's repeated step times over their median, the median over buckets."""
     buckets = [b for b in timer.sampler.buckets.values() if len(b.samples) > 1]
     return _median([(max(b.samples) - min(b.samples)) / 2 / b.time() for b in buckets])
+
+
+def _preemption(timer: Any) -> dict[str, float | None]:
+    """What load cost the replay's executed steps beyond the time away (which thread CPU time leaves out): how
+    often the OS took the core mid-step, and the CPU time each took back (the slope of a step's time on its
+    preemptions within buckets, whose samples are the same step, pooled), as a share of a mean step. The op
+    shapes are timed as medians of short runs, which mostly escape it; a step of several ms rarely does."""
+    buckets = [b for b in timer.sampler.buckets.values() if b.samples]
+    steps = [t for b in buckets for t in b.samples]
+    away = [p for b in buckets for p in b.preempted]
+    sxy = sxx = 0.0
+    for b in buckets:
+        if len(b.samples) > 1:
+            mt, mp = statistics.fmean(b.samples), statistics.fmean(b.preempted)
+            sxy += sum((p - mp) * (t - mt) for p, t in zip(b.preempted, b.samples, strict=True))
+            sxx += sum((p - mp) ** 2 for p in b.preempted)
+    if not steps or not sxx:
+        return {"per_step": statistics.fmean(away) if away else None, "ms_each": None, "share": None}
+    per_step, each = statistics.fmean(away), sxy / sxx
+    return {
+        "per_step": round(per_step, 3),
+        "ms_each": round(each * 1e3, 4),
+        "share": round(per_step * each / statistics.fmean(steps), 4),
+    }
 
 
 class ShapeTimer:
@@ -140,7 +168,6 @@ def compare(
     between = timer_here.between if timer_here is not None else None
     replayed = replay(sc, base_dir, device, "measured", budget_s, shared, between=between)
     rep, timer = replayed.result, replayed.timer
-    timer.close()
     measured: Profile | None = None
     f = timer.families
     priced = dict(f.priced)
@@ -148,7 +175,11 @@ def compare(
         measured, noise = timer_here.finish()
         noise["replay_spread"] = _replay_spread(timer)
         noise["timing_noise"] = max((v for v in noise.values() if v is not None), default=None)
+        noise["preemption"] = _preemption(timer)
+        # the executor's work beyond its kernels, on probe steps of its own, in the replay's caches before they go
+        overhead = measured.step_overhead[sc.model.name] = measure_overhead(sc, timer.runners, timer.kv, measured)
         priced = _priced_by(measured, sc, f.sampled)
+    timer.close()
     sim, _ = simulate(sc, base_dir, profile=measured)
     a, b = flatten(sim["metrics"]), flatten(rep["metrics"])
     metrics = {k: {"sim": a[k], "replay": b.get(k), "rel_error": _rel(a[k], b.get(k))} for k in a}
@@ -169,8 +200,25 @@ def compare(
             "shapes": len(timer_here.shapes),
             "seconds": round(timer_here.seconds, 1),
             "noise": noise,
+            "step_overhead": {**overhead.as_doc(), **_overhead_on(overhead, f, priced)},
         }
     return out
+
+
+def _overhead_on(overhead: StepOverhead, f: Families, priced: dict[str, float]) -> dict[str, float | None]:
+    """The term on the replay's sampled steps (ms a step) beside what it stands for there: the time no op took
+    (`unattributed`) and the GLUE families' measured time beyond their price."""
+    n = max(1, f.steps)
+    term = sum(
+        overhead.seconds(batch, len(chunks), batch + sum(c for c, _ in chunks), ctx)
+        for _, batch, ctx, _, chunks in f.sampled
+    )
+    beyond = f.measured.get("unattributed", 0.0) + sum(f.measured.get(g, 0.0) - priced.get(g, 0.0) for g in GLUE)
+    return {
+        "priced_ms": round(term * 1e3 / n, 4),
+        "measured_ms": round(beyond * 1e3 / n, 4),
+        "rel_error": _rel(term, beyond),
+    }
 
 
 def _priced_by(profile: Profile, sc: Scenario, sampled: list[Any]) -> dict[str, float]:
