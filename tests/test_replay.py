@@ -254,9 +254,9 @@ def test_compare_on_the_cpu_times_the_scenarios_op_shapes_in_the_same_run(monkey
 
     between = cmp.ShapeTimer.between
 
-    def counted(self: Any) -> None:
+    def counted(self: Any, clock: Any) -> None:
         steps[0] += 1
-        between(self)
+        between(self, clock)
 
     monkeypatch.setattr(cmp, "time_op", time_op)
     monkeypatch.setattr(cmp.ShapeTimer, "between", counted)

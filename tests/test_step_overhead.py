@@ -17,19 +17,24 @@ from simulator.pricing.step_overhead import StepOverhead, fit
 from simulator.serving.scheduler import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
-TERM = StepOverhead(base_us=100.0, decode_us=50.0, per_chunk_us=20.0, per_token_us=2.0, per_kv_token_us=0.5)
+TERM = StepOverhead(
+    base_us=100.0, decode_us=50.0, per_chunk_us=20.0, per_token_us=2.0, per_kv_token_us=0.5, check_us=30.0
+)
 
 
 def test_the_term_is_base_plus_decode_plus_per_chunk_plus_per_row_plus_per_cached_token() -> None:
     assert TERM.seconds(4, 0, 4, 400) == pytest.approx(358e-6)  # 100 + 50 + 2·4 + 0.5·400 µs: a decode batch of 4
     assert TERM.seconds(0, 2, 100, 0) == pytest.approx(340e-6)  # 100 + 2·20 + 2·100 µs: two chunks, 100 rows
     assert TERM.seconds(4, 1, 36, 200) == pytest.approx(342e-6)  # 100 + 50 + 20 + 2·36 + 0.5·200 µs: mixed
+    assert TERM.seconds(4, 0, 4, 400, checked=True) == pytest.approx(388e-6)  # 358 + 30 µs: its pages checked
+    assert TERM.seconds(0, 1, 32, 0, checked=True) == pytest.approx(184e-6)  # no decode rows, no check: 100+20+64
     assert TERM.as_doc() == {
         "base_us": 100.0,
         "decode_us": 50.0,
         "per_chunk_us": 20.0,
         "per_token_us": 2.0,
         "per_kv_token_us": 0.5,
+        "check_us": 30.0,
         "probes": 0,
     }
 
@@ -43,10 +48,11 @@ def test_a_term_out_of_range_is_refused(bad: float) -> None:
 def test_the_fit_recovers_each_part_from_probe_steps() -> None:
     probes = [(1, 0, 1, 49), (8, 0, 8, 392), (8, 0, 8, 1544), (0, 1, 64, 0), (0, 2, 96, 0), (4, 1, 36, 196)]
     points = [(d, c, t, kv, TERM.seconds(d, c, t, kv) * 1e6) for d, c, t, kv in probes]
-    got = fit(points)
-    parts = (got.base_us, got.decode_us, got.per_chunk_us, got.per_token_us, got.per_kv_token_us)
-    assert parts == pytest.approx((100, 50, 20, 2, 0.5))
+    got = fit(points, check_us=30.0)
+    parts = (got.base_us, got.decode_us, got.per_chunk_us, got.per_token_us, got.per_kv_token_us, got.check_us)
+    assert parts == pytest.approx((100, 50, 20, 2, 0.5, 30))
     assert got.probes == 6
+    assert fit(points, check_us=-5.0).check_us == 0.0  # a check faster than its price takes no time back
 
 
 def test_the_fit_drops_a_negative_part_and_leaves_an_unvaried_one_to_the_base() -> None:
@@ -57,7 +63,7 @@ def test_the_fit_drops_a_negative_part_and_leaves_an_unvaried_one_to_the_base() 
     # time that falls with the rows cannot be glue: per row is dropped, the base is the mean
     got = fit([(1, 0, 1, 48.0, 200.0), (8, 0, 8, 48.0, 100.0)])
     assert (got.base_us, got.per_token_us) == pytest.approx((150, 0))
-    assert fit([]) == StepOverhead(0.0, 0.0, 0.0, 0.0, 0.0, 0)
+    assert fit([]) == StepOverhead(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
 
 
 def _inst(term: StepOverhead | None, pool_name: str) -> SimpleNamespace:
@@ -78,9 +84,10 @@ def test_the_step_timer_adds_the_term_to_each_step_on_the_devices_clock() -> Non
     chunk = Plan(prefill=[(SimpleNamespace(computed=0), 96)])
     plain = CostTimer().time_run(_inst(None, "prefill"), [chunk], 1)[0]  # type: ignore[arg-type]
     termed = CostTimer().time_run(_inst(TERM, "prefill"), [chunk], 1)[0]  # type: ignore[arg-type]
-    assert termed[0] - plain[0] == pytest.approx(312e-6)  # 100 + 20 + 2·96 µs (no decode rows)
+    assert termed[0] - plain[0] == pytest.approx(312e-6)  # 100 + 20 + 2·96 µs (no decode rows, nothing checked)
     batch = Plan(decode=[SimpleNamespace()] * 4, ctx0=400, pages0=28)
     plain = CostTimer().time_run(_inst(None, "decode"), [batch], 3)[0]  # type: ignore[arg-type]
     termed = CostTimer().time_run(_inst(TERM, "decode"), [batch], 3)[0]  # type: ignore[arg-type]
-    # step i of 4 rows reads 400 + 4·(i+1) tokens: 100 + 50 + 2·4 + 0.5·404 = 360 µs, then 362 and 364 µs
-    assert np.subtract(termed, plain) == pytest.approx([360e-6, 722e-6, 1086e-6])
+    # step i of 4 rows reads 400 + 4·(i+1) tokens, its pages checked (tiny-cpu checks integrity):
+    # 100 + 50 + 2·4 + 0.5·404 + 30 = 390 µs, then 392 and 394 µs
+    assert np.subtract(termed, plain) == pytest.approx([390e-6, 782e-6, 1176e-6])

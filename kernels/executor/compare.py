@@ -21,8 +21,7 @@ from typing import Any
 
 from kernels.executor.clock import Families
 from kernels.executor.device import prepare
-from kernels.executor.overhead import GLUE
-from kernels.executor.overhead import measure as measure_overhead
+from kernels.executor.overhead import GLUE, Probes
 from kernels.executor.replay import device_name, replay
 from kernels.measure import time_op
 from kernels.profiler import flat, unmeasurable
@@ -109,6 +108,7 @@ class ShapeTimer:
         prepare(device)  # one CPU thread, as the replay runs
         self.device = device
         self.shapes = sorted(flat(scenario_shapes(sc, base_dir)), key=_spread_key)
+        self.probes = Probes(sc)  # the executor's work beyond its kernels, one probe step at a time
         self.timed: dict[tuple[str, str], dict[str, Any]] = {}
         self.next = 0
         self.seconds = 0.0
@@ -123,14 +123,19 @@ class ShapeTimer:
         self.seconds += time.monotonic() - t0
         return out
 
-    def between(self) -> None:
-        """After an executed step of the replay: the next few shapes."""
+    def between(self, clock: Any) -> None:
+        """After an executed step of the replay (`clock`, its `ReplayClock`): the next few shapes, then one probe
+        step's execution."""
         if self.next < len(self.shapes):
             self.timed.update(self._time(self.shapes[self.next : self.next + PER_STEP]))
             self.next += PER_STEP
+        t0 = time.monotonic()
+        self.probes.next(clock)
+        self.seconds += time.monotonic() - t0
 
-    def finish(self) -> tuple[Profile, dict[str, Any]]:
-        """Time what the replay left, then the probe: the profile to price by, and the noise."""
+    def finish(self, clock: Any) -> tuple[Profile, dict[str, Any]]:
+        """Time what the replay left, then the drift probe: the profile to price by (with the executor's work
+        beyond its kernels, from the probe steps), and the noise."""
         if self.next < len(self.shapes):
             self.timed.update(self._time(self.shapes[self.next :]))
             self.next = len(self.shapes)
@@ -142,6 +147,9 @@ class ShapeTimer:
         for e in first.values():
             kernels.setdefault(e["family"], []).append((e["shape"], e["median_us"]))
         profile = Profile(device_name(self.device), "measured", kernels, None, dt.datetime.now(dt.UTC).isoformat())
+        t0 = time.monotonic()
+        profile.step_overhead[self.probes.sc.model.name] = self.probes.finish(clock, profile)
+        self.seconds += time.monotonic() - t0
         return profile, {"shape_spread": _median(spread), "drift": _median(drift)}
 
 
@@ -172,12 +180,11 @@ def compare(
     f = timer.families
     priced = dict(f.priced)
     if timer_here is not None:
-        measured, noise = timer_here.finish()
+        measured, noise = timer_here.finish(timer)  # before the replay's caches go: the probes write there
+        overhead = measured.step_overhead[sc.model.name]
         noise["replay_spread"] = _replay_spread(timer)
         noise["timing_noise"] = max((v for v in noise.values() if v is not None), default=None)
         noise["preemption"] = _preemption(timer)
-        # the executor's work beyond its kernels, on probe steps of its own, in the replay's caches before they go
-        overhead = measured.step_overhead[sc.model.name] = measure_overhead(sc, timer.runners, timer.kv, measured)
         priced = _priced_by(measured, sc, f.sampled)
     timer.close()
     sim, _ = simulate(sc, base_dir, profile=measured)

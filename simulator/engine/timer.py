@@ -127,7 +127,7 @@ class CostTimer:
             ctx = sum(s.computed + 1 for s in d)
             t = cost.step_s(len(d), ctx, sum(s.table.n for s in d), chunks)
             if executor is not None:
-                t += executor.seconds(len(d), len(chunks), len(d) + sum(c for c, _ in chunks), ctx)
+                t += executor.seconds(len(d), len(chunks), len(d) + sum(c for c, _ in chunks), ctx, cost.integrity)
             if cost.tiers is not None:
                 t = with_loads(cost.tiers, t, [plan])
             return [clock + host.step(t)], None
@@ -139,17 +139,17 @@ class CostTimer:
                 return host.ends(clock, priced.us), priced
             spec = inst.pool.speculative
             rows = b * (spec.draft_tokens + 1) if spec is not None else b
-            return host.ends(clock, priced.us + _beyond_us(executor, rows, plan.ctx[:n])), priced
+            return host.ends(clock, priced.us + _beyond_us(executor, rows, plan.ctx[:n], cost.integrity)), priced
         priced, ends = cost.decode_run(b, plan.ctx0, plan.pages0, growth, clock)
         if executor is not None:  # step i reads ctx0 + b·(i+1) tokens, as the cost model prices it
             ctx = plan.ctx0 + b * np.arange(1, n + 1, dtype=np.float64)
-            return host.ends(clock, priced.us + _beyond_us(executor, b, ctx)), priced
+            return host.ends(clock, priced.us + _beyond_us(executor, b, ctx, cost.integrity)), priced
         return host.ends(clock, priced.us, ends), priced
 
 
-def _beyond_us(executor: StepOverhead, rows: int, ctx: np.ndarray) -> np.ndarray:
+def _beyond_us(executor: StepOverhead, rows: int, ctx: np.ndarray, checked: bool) -> np.ndarray:
     """µs of the executor's work beyond its kernels in decode steps of `rows` rows reading `ctx` tokens each."""
-    return (executor.seconds(rows, 0, rows, 0.0) + executor.per_kv_token_us * 1e-6 * ctx) * 1e6
+    return (executor.seconds(rows, 0, rows, 0.0, checked) + executor.per_kv_token_us * 1e-6 * ctx) * 1e6
 
 
 def with_loads(tiers: TierPricing, compute_s: float, plans: list[Plan]) -> float:

@@ -11,7 +11,9 @@ comparison judges, and stated as a sum the executor's structure suggests: a base
 loop), a part a step with decode rows pays (the absorbed-attention path), a part per prefill chunk (its own
 attention path), a part per row (composites grow with the rows) and a part per cached token the decode rows
 read (the glue runs slower after decode attention has streamed that cache through the CPU's caches: on this
-2-core VM a batch of 16 at 200 tokens spent ~0.3 ms more on it than at 48).
+2-core VM a batch of 16 at 200 tokens spent ~0.3 ms more on it than at 48). Apart from the forward pass, a
+decode step whose pages are checked pays the check's glue beyond its priced kernel (the batch's tables and the
+page tags turned into tensors, the violations read back): `check_us`.
 """
 
 from __future__ import annotations
@@ -21,20 +23,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TERMS = ("base_us", "decode_us", "per_chunk_us", "per_token_us", "per_kv_token_us")
+TERMS = ("base_us", "decode_us", "per_chunk_us", "per_token_us", "per_kv_token_us", "check_us")
 
 
 @dataclass(frozen=True)
 class StepOverhead:
     """µs a forward pass spends beyond its priced kernels: base_us + decode_us·[decode rows] +
-    per_chunk_us·chunks + per_token_us·rows + per_kv_token_us·(tokens the decode rows attend to). `probes`: how
-    many probe steps it was measured on."""
+    per_chunk_us·chunks + per_token_us·rows + per_kv_token_us·(tokens the decode rows attend to); check_us more
+    for a decode step's integrity check where it runs. `probes`: how many probe steps it was measured on."""
 
     base_us: float
     decode_us: float
     per_chunk_us: float
     per_token_us: float
     per_kv_token_us: float
+    check_us: float = 0.0
     probes: int = 0
 
     def __post_init__(self) -> None:
@@ -43,21 +46,21 @@ class StepOverhead:
             if not (math.isfinite(v) and 0.0 <= v <= 1e6):
                 raise ValueError(f"step overhead {name} must be in [0, 1e6] µs, got {v!r}")
 
-    def seconds(self, decode: int, chunks: int, tokens: int, kv_tokens: float) -> float:
-        """Seconds of one forward pass of `decode` decode rows and `chunks` prefill chunks, `tokens` rows in all,
-        its decode rows attending to `kv_tokens` cached tokens in all."""
+    def seconds(self, decode: int, chunks: int, tokens: int, kv_tokens: float, checked: bool = False) -> float:
+        """Seconds of one step of `decode` decode rows and `chunks` prefill chunks, `tokens` rows in all, its
+        decode rows attending to `kv_tokens` cached tokens in all; `checked`: its pages' integrity checked."""
         us = self.base_us + self.per_chunk_us * chunks + self.per_token_us * tokens + self.per_kv_token_us * kv_tokens
-        return (us + (self.decode_us if decode else 0.0)) * 1e-6
+        return (us + (self.decode_us if decode else 0.0) + (self.check_us if decode and checked else 0.0)) * 1e-6
 
     def as_doc(self) -> dict[str, float | int]:
         return {**{k: round(getattr(self, k), 3) for k in TERMS}, "probes": self.probes}
 
 
-def fit(points: list[tuple[int, int, int, float, float]]) -> StepOverhead:
+def fit(points: list[tuple[int, int, int, float, float]], check_us: float = 0.0) -> StepOverhead:
     """The term from probe steps (decode rows, chunks, rows, decode rows' cached tokens, measured µs beyond the
     priced kernels): least squares over the five parts. A part the probes never vary is left to the base; one
     that comes out negative is dropped and the rest refitted (glue cannot give time back); with no part left
-    the term is zero."""
+    the term is zero. `check_us`: the check's glue, measured apart (below zero taken as zero)."""
     x = np.array([(1.0, 1.0 if d else 0.0, c, t, kv) for d, c, t, kv, _ in points], dtype=float).reshape(-1, 5)
     y = np.array([us for *_, us in points], dtype=float)
     keep = [0] + [j for j in range(1, 5) if len(set(x[:, j])) > 1]
@@ -71,4 +74,4 @@ def fit(points: list[tuple[int, int, int, float, float]]) -> StepOverhead:
             coef[keep] = sol
             break
         keep.remove(keep[int(np.argmin(sol))])
-    return StepOverhead(*(float(v) for v in coef), probes=len(points))
+    return StepOverhead(*(float(v) for v in coef), check_us=max(0.0, check_us), probes=len(points))
