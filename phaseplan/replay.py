@@ -122,8 +122,8 @@ def compare_command(
         if p["share"] is not None:
             console.print(
                 f"load: the replay's executed steps were preempted {p['per_step']:.2f} times each, each costing "
-                f"{p['ms_each']:.3f} ms of CPU time on return ({p['share']:+.1%} of a step; the op shapes' medians "
-                "mostly escape it)"
+                f"{p['ms_each']:.2f} ± {p['ms_each_se']:.2f} ms of CPU time on return (≈ {p['share']:+.0%} of a step; "
+                "the op shapes' medians mostly escape it)"
             )
         o = here["step_overhead"]
         console.print(

@@ -7,12 +7,19 @@ the scenario's steps produce is timed between the replay's executed steps, a few
 under the load the replay runs under, so the verdict is about the model rather than about where and when it ran (a
 profile measured on another machine read −41% / +72% on a loaded one). The simulation, and the op families of the
 replay's sampled steps, are priced by it. The timing noise is reported beside it: the spread of each shape's own
-samples, how far a re-timed fifth of the shapes moved by the end, and the spread of the replay's repeated steps.
+samples, how far a re-timed fifth of the shapes moved by the end, and the spread of the replay's repeated steps;
+and what the load cost the replay's steps beyond it (the preemptions during them, `_preemption`).
+
+The executor also spends time no op of the op list prices — the glue between ops, the norms, ropes and routing it
+runs as several torch ops each, the KV write into the real cache, the integrity check's glue. Probe steps of its
+own, run one at a time between the replay's steps like the shapes (`overhead.Probes`), measure it, and the
+profile carries it as a term (`simulator.pricing.step_overhead`) that the simulation adds at its step timer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 import time
 import zlib
@@ -77,24 +84,33 @@ def _replay_spread(timer: Any) -> float | None:
 
 def _preemption(timer: Any) -> dict[str, float | None]:
     """What load cost the replay's executed steps beyond the time away (which thread CPU time leaves out): how
-    often the OS took the core mid-step, and the CPU time each took back (the slope of a step's time on its
-    preemptions within buckets, whose samples are the same step, pooled), as a share of a mean step. The op
-    shapes are timed as medians of short runs, which mostly escape it; a step of several ms rarely does."""
+    often the OS took the core mid-step, and the CPU time each took back — the slope of a step's time on its
+    preemptions within buckets (whose samples are the same step), pooled, with its standard error — as a share of
+    a mean step. The op shapes are timed as medians of short runs, which mostly escape it; a step of several ms
+    rarely does. An estimate from a few samples a bucket: read its error beside it."""
     buckets = [b for b in timer.sampler.buckets.values() if b.samples]
     steps = [t for b in buckets for t in b.samples]
     away = [p for b in buckets for p in b.preempted]
-    sxy = sxx = 0.0
+    centred = []  # (preemptions, seconds) about their bucket's means
     for b in buckets:
-        if len(b.samples) > 1:
-            mt, mp = statistics.fmean(b.samples), statistics.fmean(b.preempted)
-            sxy += sum((p - mp) * (t - mt) for p, t in zip(b.preempted, b.samples, strict=True))
-            sxx += sum((p - mp) ** 2 for p in b.preempted)
-    if not steps or not sxx:
-        return {"per_step": statistics.fmean(away) if away else None, "ms_each": None, "share": None}
-    per_step, each = statistics.fmean(away), sxy / sxx
+        mt, mp = statistics.fmean(b.samples), statistics.fmean(b.preempted)
+        centred += [(p - mp, t - mt) for p, t in zip(b.preempted, b.samples, strict=True)]
+    sxx = sum(p * p for p, _ in centred)
+    dof = len(steps) - len(buckets) - 1
+    if not sxx or dof < 1:
+        return {
+            "per_step": statistics.fmean(away) if away else None,
+            "ms_each": None,
+            "ms_each_se": None,
+            "share": None,
+        }
+    each = sum(p * t for p, t in centred) / sxx
+    se = math.sqrt(sum((t - each * p) ** 2 for p, t in centred) / dof / sxx)
+    per_step = statistics.fmean(away)
     return {
         "per_step": round(per_step, 3),
         "ms_each": round(each * 1e3, 4),
+        "ms_each_se": round(se * 1e3, 4),
         "share": round(per_step * each / statistics.fmean(steps), 4),
     }
 
