@@ -148,7 +148,8 @@ class CostTimer:
 
 
 def _beyond_us(executor: StepOverhead, rows: int, ctx: np.ndarray, checked: bool) -> np.ndarray:
-    """µs of the executor's work beyond its kernels in decode steps of `rows` rows reading `ctx` tokens each."""
+    """µs of the executor's work beyond its kernels in decode steps of `rows` rows, step i reading `ctx[i]` cached
+    tokens in all."""
     return (executor.seconds(rows, 0, rows, 0.0, checked) + executor.per_kv_token_us * 1e-6 * ctx) * 1e6
 
 
