@@ -42,19 +42,15 @@ METRIC = {  # a metric as the narrow table names it (the unit follows from the n
 
 
 KIND = {"throughput": "tput", "tpot": "TPOT", "ttft": "TTFT", "e2el": "E2E"}
-# A case in `--json`: what judges it (its figures and errors) and where it is filed; the rest (engine version,
-# unit, how it is measured, the source's repository) is in `--out`'s CSV. The document is read whole by scripts
-# that pass it as one argument, which Linux caps at 128 KiB: the corpus must fit it as it grows.
+# A case in `--json`: what judges it (its figures and errors) and whose it is; where it is filed (GPU, weights,
+# model class, regime), its engine version, unit and how it was measured are in `--out`'s CSV. Scripts read the
+# document whole as one argument, which Linux caps at 128 KiB (`JSON_BUDGET`): the corpus must fit it as it grows.
 JSON_FIELDS = (
     "id",
     "source_id",
     "source",
     "engine",
     "hardware",
-    "weights",
-    "model_class",
-    "regime",
-    "kind",
     "metric",
     "published",
     "predicted",
@@ -62,7 +58,8 @@ JSON_FIELDS = (
     "loo_error",
     "loso_error",
 )
-DIGITS = 6  # significant digits of a figure in --json, decimals of an error: far below any error it states
+JSON_BUDGET = 128 * 1024
+DIGITS = 6  # significant digits of a figure in --json; an error has one fewer decimal: far below any it states
 
 
 def register(cli: click.Group, json_option: Callable[..., Any], console: Console, dump: Any) -> None:
@@ -80,7 +77,8 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
     @click.option(
         "--coverage",
         is_flag=True,
-        help="Print the coverage matrix (GPU × engine × weights × model class × regime: cases and sources).",
+        help="Print the coverage matrix (GPU × engine × weights × model class × regime: cases and sources); with "
+        "--json, add it and the sources to the document.",
     )
     @click.option(
         "--write-bands", is_flag=True, help="Write the error bands run/max-rate/plan print (validation/bands.json)."
@@ -109,7 +107,7 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         if write_bands:
             write_files({bands.BANDS: json.dumps(bands.from_rows(res["cases"]), indent=1, sort_keys=True) + "\n"})
         if as_json:
-            click.echo(dump(json_doc(res), compact=True))
+            click.echo(dump(json_doc(res, coverage), compact=True))
             return
         if coverage:
             console.print(coverage_table(res["coverage"], bands.MIN_SOURCES, console.width))
@@ -120,19 +118,20 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         console.print(summary_line(res))
 
 
-def json_doc(res: dict[str, Any]) -> dict[str, Any]:
-    """`--json`: each case's `JSON_FIELDS` rounded (`DIGITS`), the summary over the rounded cases (so it agrees
-    with them exactly), the coverage matrix, the sources and the fitted values."""
+def json_doc(res: dict[str, Any], coverage: bool) -> dict[str, Any]:
+    """`--json`: each case's `JSON_FIELDS`, figures rounded (`DIGITS`); the summary over the rounded figures (so
+    it agrees with the cases exactly); the fitted values; with `--coverage` the matrix and the sources too."""
     from simulator.validation import suite as vsuite
 
-    cases = [{k: _rounded(k, r[k]) for k in JSON_FIELDS} for r in res["cases"]]
-    return {"cases": cases, **vsuite.summary(cases), **{k: res[k] for k in ("coverage", "by_source", "fitted")}}
+    rounded = [{**r, **{k: _rounded(k, r[k]) for k in JSON_FIELDS}} for r in res["cases"]]
+    doc = {"cases": [{k: r[k] for k in JSON_FIELDS} for r in rounded], **vsuite.summary(rounded)}
+    return doc | {k: res[k] for k in ("fitted", *(("coverage", "by_source") if coverage else ()))}
 
 
 def _rounded(key: str, v: Any) -> Any:
     if not isinstance(v, float):
         return v
-    return round(v, DIGITS) if key.endswith("error") else float(f"{v:.{DIGITS}g}")
+    return round(v, DIGITS - 1) if key.endswith("error") else float(f"{v:.{DIGITS}g}")
 
 
 def case_table(rows: list[dict[str, Any]], width: int) -> Table:
