@@ -65,7 +65,7 @@ def test_control_characters_in_a_name_are_shown_escaped(tmp_path, monkeypatch, c
 def test_the_acceptance_case_prints_the_name_literally(monkeypatch, capsys) -> None:
     code, out, err = invoke(monkeypatch, capsys, "run", FLEET, "--set", "name=[bold]x[/bold]")
     assert code == 0, err
-    assert out.startswith("[bold]x[/bold]  (32 GPUs")
+    assert out.startswith("[bold]x[/bold]: 32 H200, ")
 
 
 def test_table_cells_titles_and_styles() -> None:
