@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOYMENT = ROOT / "validation/scenarios/qwen3-8b-h100.yaml"  # one H100, Qwen3-8B: small and fast to simulate
 # the engine the "operator's" runs were made on: SGLang 0.5 with its overlap scheduler off (so the CPU work of a
 # step adds to every step) and a slower CUDA-graph floor than the preset's
-TRUTH = {"host_step_us": 7500.0, "decode_graph_floor_us": 4.5}
+TRUTH = {"host_step_us": 11000.0, "decode_graph_floor_us": 4.5}
 LOADS = ({"concurrency": 1}, {"concurrency": 4}, {"concurrency": 16}, {"concurrency": 64}, {"concurrency": 128})
 SETS = ("engine.overlap_scheduler=false",)
 
@@ -257,9 +257,8 @@ def _rms(rows: list[dict], which: str) -> float:
 
 
 def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkeypatch, capsys) -> None:
-    """GPUStack's GLM-5.2 runs (docs/examples/gpustack-glm-5.2-h200), the issue's example: the fit drives the FP8
-    KV read factor to its bound (2.3 -> 0.5) and, with its run held out, the Generation-Heavy TPOT far off; it
-    says both, exits 1 and writes nothing."""
+    """GPUStack's GLM-5.2 runs (docs/examples/gpustack-glm-5.2-h200), the issue's example: with its run held out
+    the fit puts the TPOT figures further off than the preset does; it says so, exits 1 and writes nothing."""
     out = tmp_path / "glm.yaml"
     args = ["calibrate", "--bench", "docs/examples/gpustack-glm-5.2-h200/bench/optimized.jsonl"]
     args += ["--scenario", "docs/examples/gpustack-glm-5.2-h200/deployment.yaml", "--out", str(out)]
@@ -267,7 +266,6 @@ def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkey
     code, text = run_cli(monkeypatch, capsys, *args)
     text = " ".join(text.split())
     assert code == 1 and not out.exists()
-    assert "fp8_kv_read_factor ended on a bound of its range (2.3 → 0.5, range 0.5–4)" in text
     assert "its TPOT figures, each predicted by the terms fitted without its run, are off by" in text
     assert f"error: {out} not written: the fit makes sglang-0.5 worse (--force writes it)" in text
 

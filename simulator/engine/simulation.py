@@ -9,6 +9,7 @@ engine in step mode with a device timer in place of the cost model (`engine.time
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from collections.abc import Callable, Iterator
@@ -211,17 +212,7 @@ class Simulation:
         rec.retry_output += output
         if prompt:
             rec.retry_prefill_s += self._prefill_s(prompt)
-        again = Request(
-            req.id,
-            t + wait,
-            req.prompt_tokens,
-            req.output_tokens,
-            req.session,
-            req.client,
-            req.turn,
-            req.blocks,
-            req.block_tokens,
-        )
+        again = dataclasses.replace(req, arrival=t + wait)  # every other field the same (an agent's too)
         self.env.process(self._feed([again]))
         return True
 
