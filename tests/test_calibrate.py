@@ -232,19 +232,21 @@ def test_a_run_too_long_to_simulate_is_refused() -> None:
 
 
 def test_the_worked_example_calibrates_and_improves_on_held_out_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): each kind
-    of figure is predicted better, with its run held out of the fit, than by the preset; nothing objects; the
-    committed engine file is what it writes."""
+    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): throughput
+    and TPOT are predicted better, with their run held out of the fit, than by the preset; the TTFTs are not (the
+    preset's `request_latency_us` is fitted to the corpus, which holds these runs), which it says, so only `--force`
+    writes it; the committed engine file is what it writes."""
     example = ROOT / "docs/examples/sglang-cookbook-dsr1-b200"
     out = tmp_path / "sglang-cookbook-dsr1-b200.yaml"
     args = ["calibrate", "--bench", "docs/examples/sglang-cookbook-dsr1-b200/bench/cookbook.jsonl"]
     args += ["--scenario", "docs/examples/sglang-cookbook-dsr1-b200/deployment.yaml"]
+    args += ["--name", "sglang-cookbook-dsr1-b200", "--out", str(out), "--json", "--force"]
     monkeypatch.chdir(ROOT)
-    code, text = run_cli(monkeypatch, capsys, *args, "--name", "sglang-cookbook-dsr1-b200", "--out", str(out), "--json")
+    code, text = run_cli(monkeypatch, capsys, *args)
     assert code == 0, text
     report = json.loads(text)
-    assert report["objections"] == []
-    for labels in (("output tok/s",), ("median TPOT ms",), ("median TTFT ms",)):
+    assert [o.split(",")[0] for o in report["objections"]] == ["its TTFT figures"]
+    for labels in (("output tok/s",), ("median TPOT ms",)):
         rows = [r for r in report["runs"] if r["figure"] in labels]
         assert len(rows) == 9 and _rms(rows, "leave_one_out") < _rms(rows, "before"), labels
     committed = ROOT / "engines/sglang-cookbook-dsr1-b200.yaml"
