@@ -21,16 +21,6 @@ from simulator.errors import InputError
 from simulator.results.numbers import figure
 
 WIDE = 120  # columns from which the table shows GPU, engine, prediction and leave-one-out error
-SUMMARY = (
-    "median_abs_error",
-    "max_abs_error",
-    "median_abs_loo_error",
-    "max_abs_loo_error",
-    "median_abs_loso_error",
-    "max_abs_loso_error",
-    "sources",
-    "band_coverage",
-)
 METRIC = {  # a metric as the narrow table names it (the unit follows from the name)
     "output_tok_s": "out tok/s",
     "input_tok_s": "in tok/s",
@@ -52,6 +42,24 @@ METRIC = {  # a metric as the narrow table names it (the unit follows from the n
 
 
 KIND = {"throughput": "tput", "tpot": "TPOT", "ttft": "TTFT", "e2el": "E2E"}
+# A case in `--json`: what judges it (its figures and errors) and whose it is; where it is filed (GPU, weights,
+# model class, regime), its engine version, unit and how it was measured are in `--out`'s CSV. Scripts read the
+# document whole as one argument, which Linux caps at 128 KiB (`JSON_BUDGET`): the corpus must fit it as it grows.
+JSON_FIELDS = (
+    "id",
+    "source_id",
+    "source",
+    "engine",
+    "hardware",
+    "metric",
+    "published",
+    "predicted",
+    "error",
+    "loo_error",
+    "loso_error",
+)
+JSON_BUDGET = 128 * 1024
+DIGITS = 6  # significant digits of a figure in --json; an error has one fewer decimal: far below any it states
 
 
 def register(cli: click.Group, json_option: Callable[..., Any], console: Console, dump: Any) -> None:
@@ -69,7 +77,8 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
     @click.option(
         "--coverage",
         is_flag=True,
-        help="Print the coverage matrix (GPU × engine × weights × model class × regime: cases and sources).",
+        help="Print the coverage matrix (GPU × engine × weights × model class × regime: cases and sources); with "
+        "--json, add it and the sources to the document.",
     )
     @click.option(
         "--write-bands", is_flag=True, help="Write the error bands run/max-rate/plan print (validation/bands.json)."
@@ -98,7 +107,7 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         if write_bands:
             write_files({bands.BANDS: json.dumps(bands.from_rows(res["cases"]), indent=1, sort_keys=True) + "\n"})
         if as_json:
-            click.echo(dump({k: res[k] for k in ("cases", *SUMMARY, "coverage", "by_source", "fitted")}))
+            click.echo(dump(json_doc(res, coverage), compact=True))
             return
         if coverage:
             console.print(coverage_table(res["coverage"], bands.MIN_SOURCES, console.width))
@@ -107,6 +116,22 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
         else:
             console.print(case_table(res["cases"], console.width))
         console.print(summary_line(res))
+
+
+def json_doc(res: dict[str, Any], coverage: bool) -> dict[str, Any]:
+    """`--json`: each case's `JSON_FIELDS`, figures rounded (`DIGITS`); the summary over the rounded figures (so
+    it agrees with the cases exactly); the fitted values; with `--coverage` the matrix and the sources too."""
+    from simulator.validation import suite as vsuite
+
+    rounded = [{**r, **{k: _rounded(k, r[k]) for k in JSON_FIELDS}} for r in res["cases"]]
+    doc = {"cases": [{k: r[k] for k in JSON_FIELDS} for r in rounded], **vsuite.summary(rounded)}
+    return doc | {k: res[k] for k in ("fitted", *(("coverage", "by_source") if coverage else ()))}
+
+
+def _rounded(key: str, v: Any) -> Any:
+    if not isinstance(v, float):
+        return v
+    return round(v, DIGITS - 1) if key.endswith("error") else float(f"{v:.{DIGITS}g}")
 
 
 def case_table(rows: list[dict[str, Any]], width: int) -> Table:

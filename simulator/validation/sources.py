@@ -6,6 +6,12 @@ A case's source id is its URL without what does not name another document: schem
 fragment (an issue comment's anchor is its thread), a trailing slash or `index.html`; on GitHub the ref of a
 file (a commit or branch names a version of one file, not another source) and the sub-page of an issue or pull
 request (`/files`, `/commits`). A case file names `source_id` itself only where two URLs are truly one source.
+
+The id is then said short, as a reader names a source: a GitHub thread as `owner/repo#N`, a file on GitHub as
+`owner/repo:name`, any other page as its site (the domain's name: `gpustack`, `lmsys`) and the last two segments of
+its path that are not bare numbers (a blog's date folders). Two pages whose short ids meet are counted as one
+source, which leaves more out together, never less (`validate --json` carries an id per case, and the corpus's
+document must stay small enough to pass whole).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import re
 from urllib.parse import urlsplit
 
 _GITHUB_FILE = re.compile(r"^/([^/]+)/([^/]+)/(?:blob|tree|raw)/[^/]+/(.+)$")
-_GITHUB_THREAD = re.compile(r"^(/[^/]+/[^/]+/(?:issues|pull|discussions)/\d+)(?:/.*)?$")
+_GITHUB_THREAD = re.compile(r"^/([^/]+)/([^/]+)/(?:issues|pull|discussions)/(\d+)(?:/.*)?$")
 
 
 def source_id(url: str) -> str:
@@ -26,12 +32,13 @@ def source_id(url: str) -> str:
     if host == "raw.githubusercontent.com":  # /owner/repo/<ref>/path: the file on GitHub
         owner_repo_ref_path = path.split("/", 4)
         if len(owner_repo_ref_path) == 5:
-            host, path = "github.com", "/" + "/".join(owner_repo_ref_path[1:3] + owner_repo_ref_path[4:])
-    if host == "github.com":
+            host, path = "github.com", "/" + "/".join([*owner_repo_ref_path[1:3], "blob", *owner_repo_ref_path[3:]])
+    if host == "github.com":  # owner and repo are case-blind, a file's name is not
+        if m := _GITHUB_THREAD.match(path):
+            return f"{m.group(1).lower()}/{m.group(2).lower()}#{m.group(3)}"
         if m := _GITHUB_FILE.match(path):
-            path = f"/{m.group(1)}/{m.group(2)}/{m.group(3)}"
-        elif m := _GITHUB_THREAD.match(path):
-            path = m.group(1)
-        segments = path.split("/")  # '', owner, repo, ...: owner and repo are case-blind, a file's path is not
-        path = "/".join([*(x.lower() for x in segments[:3]), *segments[3:]])
-    return host + path
+            return f"{m.group(1).lower()}/{m.group(2).lower()}:{m.group(3).rsplit('/', 1)[-1]}"
+    labels = host.split(".")
+    site = labels[-2] if len(labels) > 1 else host
+    segments = [x for x in re.sub(r"\.html?$", "", path).split("/") if x and not x.isdigit()]
+    return "/".join([site, *segments[-2:]])
