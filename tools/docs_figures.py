@@ -305,7 +305,14 @@ def figures(answers: dict[str, Any], names: list[str] | None = None) -> dict[str
     """The named figures (default all) from the sources' answers."""
     if "plan" in answers and "plan-band" not in answers:
         answers = {**answers, **plan_extras(answers["plan"])}
-    return {k: f(answers) for k, (_, f) in FIGS.items() if names is None or k in names}
+    out = {}
+    for k, (srcs, f) in FIGS.items():
+        if names is None or k in names:
+            try:
+                out[k] = f(answers)
+            except (KeyError, TypeError, ValueError) as e:  # an answer's shape changed under the figure
+                raise SystemExit(f"error: figure {k} from `{command(srcs[0])}`: {type(e).__name__}: {e}") from e
+    return out
 
 
 def cheap_figures() -> dict[str, str]:
