@@ -1,4 +1,4 @@
-"""Every figure README.md marks is what the code gives (tools/docs_figures.py, `make docs-figures`).
+"""Every figure README.md and docs/studies.md mark is what the code gives (tools/docs_figures.py: make docs-figures).
 
 The cheap figures (capacity, init, the GLM-5.2 sweeps: seconds) are re-derived here by their commands. The
 expensive ones (`plan`, `validate`, the Kimi KV sweep: minutes on this 2-core machine) are held to
@@ -29,13 +29,14 @@ def _tool():
 
 df = _tool()
 RECORD = json.loads(df.FIGURES.read_text())
-README = df.README.read_text()
+PAGES = df.pages()
+README = PAGES["README.md"]
 
 
-def test_the_readme_marks_every_figure_once_and_states_figures_json() -> None:
-    written = df.readme_figures(README)
-    assert sorted(written) == sorted(df.FIGS), "README's markers and tools/docs_figures.py's figures differ"
-    assert df.check(RECORD, README) == [], "run `make docs-figures`"
+def test_the_pages_mark_every_figure_once_and_state_figures_json() -> None:
+    written = df.marked(PAGES)
+    assert sorted(written) == sorted(df.FIGS), "the pages' markers and tools/docs_figures.py's figures differ"
+    assert df.check(RECORD, PAGES) == [], "run `make docs-figures`"
 
 
 def test_figures_json_names_each_command_as_the_tool_runs_it() -> None:
@@ -44,7 +45,7 @@ def test_figures_json_names_each_command_as_the_tool_runs_it() -> None:
 
 @pytest.mark.parametrize("name", [k for k, (srcs, _) in df.FIGS.items() if all(df.SOURCES[s].cheap for s in srcs)])
 def test_a_cheap_figure_is_what_its_command_gives_today(name: str, cheap: dict[str, str]) -> None:
-    assert df.readme_figures(README)[name] == cheap[name], f"README's {name} drifted: run `make docs-figures`"
+    assert df.marked(PAGES)[name] == cheap[name], f"the pages' {name} drifted: run `make docs-figures`"
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +57,10 @@ def test_a_changed_input_or_figure_is_caught(tmp_path: Path) -> None:
     """The check itself: a figure README states otherwise, or an input whose hash is not the recorded one."""
     record = json.loads(json.dumps(RECORD))
     record["sources"]["plan"]["inputs_sha256"] = "0" * 64
-    off = df.check(record, README.replace(df.MARK.search(README)["body"], "99 prefill", 1))
-    assert any("phaseplan plan" in o for o in off) and any("README figure" in o for o in off)
+    off = df.check(record, {**PAGES, "README.md": README.replace(df.MARK.search(README)["body"], "99 prefill", 1)})
+    assert any("phaseplan plan" in o for o in off) and any("figure init " in o for o in off)
 
 
 def test_a_marker_no_source_gives_is_refused() -> None:
     with pytest.raises(SystemExit, match="no source gives: nope"):
-        df.write_readme(README + "<!-- fig:nope -->x<!-- /fig -->", RECORD["figures"])
+        df.write_page("README.md", README + "<!-- fig:nope -->x<!-- /fig -->", RECORD["figures"])

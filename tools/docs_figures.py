@@ -1,19 +1,19 @@
-"""Every figure README.md states, re-derived by the command that gives it: `make docs-figures`.
+"""Every figure README.md (and docs/studies.md) states, re-derived by the command that gives it: `make docs-figures`.
 
-Each source below is one `phaseplan` command (`--json`); each figure is text made from sources' answers. The
-script runs the sources, writes every figure into README.md between `<!-- fig:NAME -->` and `<!-- /fig -->`, and
-records them in `docs/figures.json` with each source's command and the sha256 of the files its answer depends on
-besides the code (its scenario, the presets, the validation corpus and bands, a profile).
+Each source below is one `phaseplan` command (run with `--json`); each figure is text made from sources' answers.
+The script runs the sources, writes every figure into the pages between `<!-- fig:NAME -->` and `<!-- /fig -->`,
+and records them in `docs/figures.json` with each source's command and the sha256 of the files its answer depends
+on besides the code (its scenario, the presets, the validation corpus and bands, a profile).
 
 Why the hash: `plan` and `validate` take minutes on this project's 2-core machine, too long for `make test`.
-`tests/test_docs_figures.py` re-derives the cheap sources' figures and compares them with the README; for the
-expensive ones it holds the README to `docs/figures.json` and that file's hashes to today's inputs, so a changed
+`tests/test_docs_figures.py` re-derives the cheap sources' figures and compares them with the pages; for the
+expensive ones it holds the pages to `docs/figures.json` and that file's hashes to today's inputs, so a changed
 scenario, preset or corpus fails the test until `make docs-figures` runs again. (A code change that moves an
 expensive figure without touching those inputs is caught only when the script runs again.)
 
-    python tools/docs_figures.py                 # run every source, write README.md and docs/figures.json
-    python tools/docs_figures.py --only plan     # re-run some sources, keep the others' answers from figures.json
-    python tools/docs_figures.py --check         # run nothing: README against figures.json, hashes against inputs
+    python tools/docs_figures.py                 # run every source, write the pages and docs/figures.json
+    python tools/docs_figures.py --only plan     # re-run some sources, keep the other figures from figures.json
+    python tools/docs_figures.py --check         # run nothing: the pages against figures.json, hashes against inputs
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+PAGES = ("README.md", "docs/studies.md")  # the pages whose figures are marked
 FIGURES = ROOT / "docs" / "figures.json"
 MARK = re.compile(r"<!-- fig:(?P<name>[\w.-]+) -->(?P<body>.*?)<!-- /fig -->", re.DOTALL)
 
@@ -132,7 +132,7 @@ def run_source(name: str) -> Any:
     return json.loads(done.stdout) if s.json else yaml.safe_load(done.stdout)
 
 
-# ---- the figures: text made from the answers, as the README prints it ----------------------------------------
+# ---- the figures: text made from the answers, as the pages print it ------------------------------------------
 
 
 def n(v: float, digits: int = 0) -> str:
@@ -270,6 +270,92 @@ def fig_validation_coverage(a: dict[str, Any]) -> str:
     return f"{pct(a['validate']['band_coverage'], 0)} of the held-out errors"
 
 
+# docs/studies.md: the same answers in the words of that page (whole-run figures beside the window's)
+
+PUBLISHED_KV = {"bf16": 686_000, "fp8_e4m3": 1_370_000}  # Kimi K2.6 on 8×H200, as the study's scenario cites them
+
+
+def g(v: float) -> str:
+    """Three significant digits below a thousand, whole numbers grouped above."""
+    return n(v) if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def fig_studies_capacity(a: dict[str, Any]) -> str:
+    pools = {k: a[f"capacity-{k}"]["pools"]["decode"] for k in PUBLISHED_KV}
+    off = [pools[k]["kv_tokens"] / PUBLISHED_KV[k] - 1 for k in PUBLISHED_KV]
+    words = ["under" if e < 0 else "over" for e in off]
+    if words[0] == words[1]:
+        side = f"{pct(abs(off[0]))} and {pct(abs(off[1]))} {words[0]}"
+    else:
+        side = f"{pct(abs(off[0]))} {words[0]} and {pct(abs(off[1]))} {words[1]}"
+    return (
+        f"{pools['bf16']['weights_gib_per_gpu']:.1f} GiB of weights per GPU and **{n(pools['bf16']['kv_tokens'])}** "
+        f"KV tokens with a BF16 cache, **{n(pools['fp8_e4m3']['kv_tokens'])}** with FP8 e4m3 (flat) — {side} the "
+        f"published 686K / 1.37M"
+    )
+
+
+def fig_studies_kv(a: dict[str, Any]) -> str:
+    pts = _points(a["kv"], "deployment.decode.kv_cache")
+    b, b32, f = pts["bf16", 64], pts["bf16", 32], pts["fp8_e4m3", 64]
+    tok = "output_tokens_per_s"
+    return (
+        f"with a BF16 cache the decode instance runs at most {b['max_running']} such requests ({b['preempted']} "
+        f"preemptions at concurrency 64) at {n(b[tok])} output tok/s ({n(b32[tok])} at 32); with FP8 it runs "
+        f"{f['max_running']} with {f['preempted']} preemptions at {n(f[tok])} tok/s ({f[tok] / b[tok]:.2f}× "
+        f"BF16's; over the whole run, first wave and drain included: BF16 {n(b32['full_run'][tok])} at 32 and "
+        f"{n(b['full_run'][tok])} at 64, FP8 {n(f['full_run'][tok])} at 64, "
+        f"{f['full_run'][tok] / b['full_run'][tok]:.2f}× BF16's)"
+    )
+
+
+def fig_studies_kv_equal(a: dict[str, Any]) -> str:
+    pts = _points(a["kv"], "deployment.decode.kv_cache")
+    ratios = [pts["fp8_e4m3", c]["output_tokens_per_s"] / pts["bf16", c]["output_tokens_per_s"] for c in (1, 8, 16)]
+    return (
+        f"TPOT p50 {pts['fp8_e4m3', 32]['tpot_ms']['p50']:.1f} vs {pts['bf16', 32]['tpot_ms']['p50']:.1f} ms at 32 "
+        f"clients; {', '.join(f'{r:.3f}×' for r in ratios)} BF16's throughput at 1, 8, 16"
+    )
+
+
+def fig_studies_kv_sglang(a: dict[str, Any]) -> str:
+    b, f = (a[f"kv-sglang-{k}"]["metrics"] for k in ("bf16", "fp8_e4m3"))
+    tok = "output_tokens_per_s"
+    return (
+        f"the FP8 cache runs {f['max_running']} requests at once but delivers {n(f[tok])} tok/s against BF16's "
+        f"{n(b[tok])} (concurrency 64, {b['max_running']} running, {b['preempted']} preemptions; whole run "
+        f"{n(f['full_run'][tok])} vs {n(b['full_run'][tok])})"
+    )
+
+
+def fig_studies_weights(a: dict[str, Any]) -> str:
+    pts = _points(a["weights"], "deployment.decode.weights")
+    tok = "output_tokens_per_s"
+    i1, f1, i64, f64 = pts["int4", 1], pts["fp8", 1], pts["int4", 64], pts["fp8", 64]
+    return (
+        f"GLM-5.2 INT4 decodes at {g(i1['tpot_ms']['p50'])} ms per token at concurrency 1 vs "
+        f"{g(f1['tpot_ms']['p50'])} ms for FP8 ({g(i1[tok])} vs {g(f1[tok])} tok/s in the steady-state window, "
+        f"{i1[tok] / f1[tok]:.2f}×; whole run {g(i1['full_run'][tok])} vs {g(f1['full_run'][tok])}), and at 64 "
+        f"{n(i64[tok])} vs {n(f64[tok])} tok/s ({i64[tok] / f64[tok]:.2f}×; whole run {n(i64['full_run'][tok])} vs "
+        f"{n(f64['full_run'][tok])})"
+    )
+
+
+def fig_studies_prefill(a: dict[str, Any]) -> str:
+    by = {r["point"]["deployment.prefill.weights"]: r for r in a["prefill"] if r.get("metrics")}
+    i, f = (by[w]["metrics"] for w in ("int4", "fp8"))
+    (si, sf), tok = (by[w]["step_anatomy"]["summary"] for w in ("int4", "fp8")), "input_tokens_per_s"
+    attention = by["fp8"]["step_anatomy"]["prefill"]["prefill_chunk"]["by_family"]["prefill_attention"]
+    return (
+        f"{n(i[tok])} vs {n(f[tok])} input tok/s (steady-state window; whole run {n(i['full_run'][tok])} vs "
+        f"{n(f['full_run'][tok])}) — because its routed experts run BF16 tensor cores after dequantization while FP8 "
+        f"runs FP8 tensor cores at twice the rate (attention and dense GEMMs are FP8 in both): an 8K-token chunk "
+        f"spends {n(si['prefill_chunk_gemm_ms'])} ms in GEMMs with INT4 vs {n(sf['prefill_chunk_gemm_ms'])} ms with "
+        f"FP8 (the `step_anatomy` of the Result shows it per op family). Of the FP8 chunk's "
+        f"{n(sf['prefill_chunk_ms'])} ms, {n(attention)} ms is sparse attention"
+    )
+
+
 FIGS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], str]]] = {
     "init": (("init",), fig_init),
     "init.gpus": (("init",), fig_init_gpus),
@@ -284,6 +370,12 @@ FIGS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], str]]] = {
     "plan.search": (("plan",), fig_plan_search),
     "validation.table": (("validate",), fig_validation_table),
     "validation.coverage": (("validate",), fig_validation_coverage),
+    "studies.capacity": (("capacity-bf16", "capacity-fp8_e4m3"), fig_studies_capacity),
+    "studies.kv": (("kv",), fig_studies_kv),
+    "studies.kv.equal": (("kv",), fig_studies_kv_equal),
+    "studies.kv.sglang": (("kv-sglang-bf16", "kv-sglang-fp8_e4m3"), fig_studies_kv_sglang),
+    "studies.weights": (("weights",), fig_studies_weights),
+    "studies.prefill": (("prefill",), fig_studies_prefill),
 }
 
 
@@ -322,23 +414,30 @@ def cheap_figures() -> dict[str, str]:
     return figures(answers, names)
 
 
-# ---- README and figures.json ---------------------------------------------------------------------------------
+# ---- the pages and figures.json -------------------------------------------------------------------------------
 
 
-def readme_figures(text: str) -> dict[str, str]:
-    """The figures README.md states, by name."""
+def pages() -> dict[str, str]:
+    """The text of every page that marks figures, by its path from the repository."""
+    return {page: (ROOT / page).read_text() for page in PAGES}
+
+
+def marked(texts: dict[str, str]) -> dict[str, str]:
+    """The figures the pages state, by name (each figure marked on one page, once)."""
     found: dict[str, str] = {}
-    for m in MARK.finditer(text):
-        if m["name"] in found:
-            raise SystemExit(f"error: README.md: figure {m['name']} is marked twice")
-        found[m["name"]] = m["body"]
+    for page, text in texts.items():
+        for m in MARK.finditer(text):
+            if m["name"] in found:
+                raise SystemExit(f"error: {page}: figure {m['name']} is marked twice")
+            found[m["name"]] = m["body"]
     return found
 
 
-def write_readme(text: str, figs: dict[str, str]) -> str:
-    unknown = set(readme_figures(text)) - set(figs)
+def write_page(page: str, text: str, figs: dict[str, str]) -> str:
+    """The page with each marked figure's text replaced by `figs`'."""
+    unknown = {m["name"] for m in MARK.finditer(text)} - set(figs)
     if unknown:
-        raise SystemExit(f"error: README.md marks figures no source gives: {', '.join(sorted(unknown))}")
+        raise SystemExit(f"error: {page} marks figures no source gives: {', '.join(sorted(unknown))}")
     return MARK.sub(lambda m: f"<!-- fig:{m['name']} -->{figs[m['name']]}<!-- /fig -->", text)
 
 
@@ -348,24 +447,24 @@ def stale(record: dict[str, Any]) -> list[str]:
     return [s for s in SOURCES if have.get(s, {}).get("inputs_sha256") != inputs_sha256(s)]
 
 
-def check(record: dict[str, Any], text: str) -> list[str]:
+def check(record: dict[str, Any], texts: dict[str, str]) -> list[str]:
     """What is off, without running anything: sources whose inputs changed since figures.json was written, figures
-    the README states otherwise than figures.json (or not at all)."""
+    the pages state otherwise than figures.json (or not at all)."""
     off = [f"the inputs of `{command(s)}` changed since docs/figures.json was written" for s in stale(record)]
-    written, recorded = readme_figures(text), record.get("figures", {})
-    off += [f"README figure {k} is not docs/figures.json's" for k in FIGS if written.get(k) != recorded.get(k)]
+    written, recorded = marked(texts), record.get("figures", {})
+    off += [f"figure {k} on the pages is not docs/figures.json's" for k in FIGS if written.get(k) != recorded.get(k)]
     return off
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--only", action="append", choices=sorted(SOURCES), help="re-run only this source (repeatable)")
-    ap.add_argument("--check", action="store_true", help="run nothing: README against figures.json and its hashes")
+    ap.add_argument("--check", action="store_true", help="run nothing: the pages against figures.json, its hashes")
     ap.add_argument("--jobs", type=int, default=2, help="sources run at once [default: 2]")
     opts = ap.parse_args(argv)
     record = json.loads(FIGURES.read_text()) if FIGURES.is_file() else {"sources": {}, "figures": {}}
     if opts.check:
-        off = check(record, README.read_text())
+        off = check(record, pages())
         print("docs figures current" if not off else "stale:\n  " + "\n  ".join(off))
         return 1 if off else 0
     todo = opts.only or list(SOURCES)
@@ -389,8 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     record["figures"] = {k: v for k, v in {**record["figures"], **figures(answers, redo)}.items() if k in FIGS}
     record["sources"] = {s: record["sources"][s] for s in SOURCES if s in record["sources"]}
     FIGURES.write_text(json.dumps(record, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-    README.write_text(write_readme(README.read_text(), record["figures"]))
-    print(f"wrote {len(record['figures'])} figures into README.md and docs/figures.json", file=sys.stderr)
+    for page, text in pages().items():
+        (ROOT / page).write_text(write_page(page, text, record["figures"]))
+    print(f"wrote {len(record['figures'])} figures into {', '.join(PAGES)} and docs/figures.json", file=sys.stderr)
     return 0
 
 
