@@ -118,6 +118,21 @@ def compare_command(
             f"±{_share(n['timing_noise'])} (a shape's samples ±{_share(n['shape_spread'])}, re-timed after the replay "
             f"{_share(n['drift'])} off, the replay's repeated steps ±{_share(n['replay_spread'])})"
         )
+        p = n["preemption"]
+        if p["share"] is not None:
+            console.print(
+                f"load: the replay's executed steps were preempted {p['per_step']:.2f} times each, each costing "
+                f"{p['ms_each']:.2f} ± {p['ms_each_se']:.2f} ms of CPU time on return (≈ {p['share']:+.0%} of a step; "
+                "the op shapes' medians mostly escape it)"
+            )
+        o = here["step_overhead"]
+        console.print(
+            f"the executor's work beyond its kernels, on {o['probes']} probe steps of its own: {o['base_us']:.0f} µs a "
+            f"step, {o['decode_us']:.0f} more with decode rows, {o['per_chunk_us']:.0f} a prefill chunk, "
+            f"{o['per_token_us']:.1f} a row, {o['per_kv_token_us']:.3f} a cached token decode reads; on the sampled "
+            f"steps {_num(o['priced_ms'])} ms against "
+            f"{_num(o['measured_ms'])} ms of glue there"
+        )
 
 
 def _num(x: float | None) -> str:

@@ -93,7 +93,7 @@ def test_an_upload_names_no_file_as_a_preset(tmp_path: Path, files, key: str) ->
 
 
 def _engine_file(tmp_path: Path, **edit: object) -> Path:
-    doc = yaml.safe_load((ROOT / "engines" / "gpustack-glm-5.2.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "engines" / "sglang-cookbook-dsr1-b200.yaml").read_text())
     for dotted, value in edit.items():
         node = doc
         *keys, last = dotted.split("__")
@@ -109,7 +109,7 @@ def _engine_file(tmp_path: Path, **edit: object) -> Path:
     "edit",
     [
         {"host_step_us": CANARY},  # a value of the engine file is never shown
-        {"calibration__error__throughput__median": 0.9},  # median over max (0.2783): "±90% …, worst 28%"
+        {"calibration__error__throughput__median": 0.9},  # median over max (0.1548): "±90% …, worst 15%"
         {"calibration__terms__no_such_term": {"before": 1.0, "after": 1.0, "informed": True}},
         {"calibration__terms__host_step_us__after": 1.0},  # the fit's value is not the engine's
         {"sources__host_stepp_us": "a misspelt term"},

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from simulator.config import loader
 from simulator.planning import pricings
+from simulator.results.compare import HEADLINE, deltas, reversals
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI_STUDY = ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml"
@@ -27,6 +28,13 @@ def _result(tput: float, ttft: float, cost: float) -> dict:
         "kv_occupancy": {"max": 0.5},
         "completed": 1,
         "gpus": 8,
+    }
+    m["ci95"] = {  # ±2% on every headline figure: the runs' noise
+        "output_tokens_per_s": [tput * 0.98, tput * 1.02],
+        "ttft_ms": {"p95": [ttft * 0.98, ttft * 1.02]},
+        "tpot_ms": {"p95": [29.4, 30.6]},
+        "slo_attainment": [1.0, 1.0],
+        "cost_per_mtok_usd": [cost * 0.98, cost * 1.02],
     }
     return {"metrics": m}
 
@@ -73,11 +81,16 @@ def test_a_plan_is_reversed_where_its_winner_misses_or_falls_behind() -> None:
     w = {"gpus": 16, "layout": "W", "overrides": {}, "trial": {}}
     r = {"gpus": 16, "layout": "R", "overrides": {}, "trial": {}}
 
-    def out(meets: bool, cost: float, reason: str | None = None) -> dict:
-        return {"meets": meets, "reason": reason, "metrics": {"cost_per_mtok_usd": cost, "ttft_ms": {"p95": 1.0}}}
+    def out(meets: bool, cost: float, reason: str | None = None, noise: float = 0.02) -> dict:
+        ci = {"cost_per_mtok_usd": [cost * (1 - noise), cost * (1 + noise)], "ttft_ms": {"p95": [0.9, 1.1]}}
+        m = {"cost_per_mtok_usd": cost, "ttft_ms": {"p95": 1.0}, "ci95": ci}
+        return {"meets": meets, "reason": reason, "stopped_early": reason is not None, "metrics": m}
 
     assert pricings._plan_flip([w, r], [out(True, 10.0), out(True, 11.0)], "gpus") is None
     assert "ranks ahead" in pricings._plan_flip([w, r], [out(True, 10.0), out(True, 9.0)], "gpus")
+    # 0.02% cheaper, or 5% cheaper with ±5% noise on each: inside the runs' noise, not a reversal
+    assert pricings._plan_flip([w, r], [out(True, 10.0), out(True, 9.998)], "gpus") is None
+    assert pricings._plan_flip([w, r], [out(True, 10.0, noise=0.05), out(True, 9.5, noise=0.05)], "gpus") is None
     why = pricings._plan_flip(
         [w, r], [out(False, 10.0, "misses TTFT: p95 2,500 ms > 2,000 ms"), out(True, 9.0)], "gpus"
     )
@@ -89,3 +102,16 @@ def test_a_plan_is_reversed_where_its_winner_misses_or_falls_behind() -> None:
         "the pricing decides this plan (its answer is priced by roofline on the engine sglang-0.5): "
         "priced by x.json, the winner misses TTFT: p95 2,500 ms > 2,000 ms"
     )
+
+
+def test_a_sweeps_change_inside_the_runs_noise_reverses_nothing() -> None:
+    a, b = _result(1000.0, 500.0, 20.0), _result(1000.2, 500.0, 19.996)  # +0.02%, intervals of ±2%
+    other_a, other_b = _result(1000.0, 500.0, 20.0), _result(990.0, 500.0, 20.2)  # -1%: the other way, as small
+    assert all(not d.clear for d in deltas(a, b) if d.label in HEADLINE)
+    assert reversals(deltas(a, b), deltas(other_a, other_b)) == []
+    far = _result(450.0, 500.0, 44.0)  # -55%: beyond the noise, but the study's own +0.02% is not a decision
+    assert reversals(deltas(a, b), deltas(other_a, far)) == []
+    assert [d.label for d, _ in reversals(deltas(a, _result(1200.0, 500.0, 16.0)), deltas(other_a, far))] == [
+        "output throughput",
+        "cost",
+    ]

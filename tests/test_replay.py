@@ -238,8 +238,10 @@ def test_compare_on_the_cpu_times_the_scenarios_op_shapes_in_the_same_run(monkey
     """`compare --device cpu` prices the simulation by the scenario's op shapes timed between the replay's steps,
     and reports its timing noise: each shape's own spread and how far a re-timed fifth moved by the end."""
     import kernels.executor.compare as cmp
+    from kernels.executor.overhead import PROBES
     from kernels.profiler import flat
     from kernels.scenario_profile import scenario_shapes
+    from simulator.pricing.step_overhead import TERMS
 
     total = len(flat(scenario_shapes(tiny(), SCENARIO.parent)))
     timed: list[int] = []  # at each shape timed, how many times the replay had handed over between its steps
@@ -252,9 +254,9 @@ def test_compare_on_the_cpu_times_the_scenarios_op_shapes_in_the_same_run(monkey
 
     between = cmp.ShapeTimer.between
 
-    def counted(self: Any) -> None:
+    def counted(self: Any, clock: Any) -> None:
         steps[0] += 1
-        between(self)
+        between(self, clock)
 
     monkeypatch.setattr(cmp, "time_op", time_op)
     monkeypatch.setattr(cmp.ShapeTimer, "between", counted)
@@ -267,6 +269,37 @@ def test_compare_on_the_cpu_times_the_scenarios_op_shapes_in_the_same_run(monkey
     assert doc["profile"]["file"] is None and doc["profile"]["profile_source"] == "measured"  # timed here
     assert doc["metrics"]["output_tokens_per_s"]["rel_error"] is not None
     assert doc["families"]["gemm"]["priced_ms"] > 0  # the sampled steps priced by the shapes timed here
+    # the executor's work beyond its kernels, measured on probe steps, is a term of the profile the sim ran on
+    term = here["step_overhead"]
+    pools = tiny().deployment.pools().values()  # each probe on each pool whose limits admit it (16 > prefill's 8)
+    assert term["probes"] == sum(b <= p.max_running for p in pools for b, _, _ in PROBES) == 2 * len(PROBES) - 2
+    assert doc["profile"]["step_overhead"]["tiny-mla-moe"] == {k: term[k] for k in (*TERMS, "probes")}
+    assert term["priced_ms"] >= 0 and isinstance(term["measured_ms"], float)  # on the sampled steps, beside glue
+    assert set(here["noise"]["preemption"]) == {
+        "per_step",
+        "ms_each",
+        "ms_each_se",
+        "share",
+    }  # what load cost the replay's steps
     # a profile named is priced by, and nothing is timed
     doc = cmp.compare(tiny(), SCENARIO.parent, "cpu", profile=str(SCENARIO.parent / "../profiles/cpu-tiny.json"))
     assert "measured_here" not in doc and doc["profile"]["file"].endswith("cpu-tiny.json")
+
+
+def test_compare_says_what_preemption_cost_the_replays_steps() -> None:
+    """Within a bucket the samples are one step: its time's slope on the preemptions during it is the CPU time each
+    took back. Bucket a: 10, 12.5, 13.5 ms with 0, 1, 2 preemptions; bucket b varies none and adds none."""
+    from types import SimpleNamespace
+
+    from kernels.executor.buckets import Bucket
+    from kernels.executor.compare import _preemption
+
+    a = Bucket(samples=[0.010, 0.0125, 0.0135], preempted=[0, 1, 2])
+    b = Bucket(samples=[0.005, 0.005], preempted=[1, 1])
+    got = _preemption(SimpleNamespace(sampler=SimpleNamespace(buckets={"a": a, "b": b})))
+    # about a's means (12 ms, 1): (-1, -2), (0, 0.5), (1, 1.5) ms: slope 3.5 / 2 = 1.75 ms; residuals -0.25, 0.5,
+    # -0.25 ms: 0.375 over 5 samples - 2 buckets - 1 = 2 degrees of freedom, / 2: se √0.09375 = 0.3062 ms;
+    # 5 preemptions over 5 samples, a mean step of 46 / 5 = 9.2 ms: 1.75 / 9.2 of it
+    assert got == {"per_step": 1.0, "ms_each": 1.75, "ms_each_se": 0.3062, "share": pytest.approx(0.1902, abs=1e-4)}
+    none = _preemption(SimpleNamespace(sampler=SimpleNamespace(buckets={"b": b})))
+    assert none == {"per_step": 1.0, "ms_each": None, "ms_each_se": None, "share": None}  # none varied

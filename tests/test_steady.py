@@ -83,11 +83,11 @@ def test_stopping_rule_takes_the_doublings_the_interval_asks_for() -> None:
     assert stopping.doublings_needed(0.20) == 4  # 16x (the cap stops it at 4x)
 
 
-def test_a_trial_is_lengthened_to_its_precision_or_the_cap_and_its_length_reproduces_it() -> None:
+def test_a_precise_trial_is_lengthened_to_its_precision_or_the_cap_and_its_length_reproduces_it() -> None:
     base = ("traffic.concurrency=null", "traffic.rate=0.5", "traffic.requests=40")
     sc, _ = loader.load(KIMI_STUDY, base)
     slo = SLO.parse("ttft_p95_ms=60000,tpot_p95_ms=100", sc)
-    out = run_trial(Trial(sc, KIMI_STUDY.parent, slo))
+    out = run_trial(Trial(sc, KIMI_STUDY.parent, slo, precise=True))
     assert out["meets"] and not out["stopped_early"]
     assert 1 <= out["doublings"] <= stopping.DOUBLINGS
     assert out["overrides"] == {"traffic.requests": 40 * 2 ** out["doublings"]}

@@ -63,7 +63,8 @@ def render(study: Study, overrides: dict[str, Any]) -> None:
     st.caption(f"SLO: {slo.describe()} (the sidebar's SLO inputs).")
     st.caption(
         "Each trial is the study's own traffic at the rate tried, read over its steady state and run longer (up "
-        "to 4x) until its binding p95 is known to ±5%: the CLI's trials, so the page's answer is the command's."
+        "to 4x) while a limit is inside its p95's interval, and the plan's contenders until their binding p95 is "
+        "known to ±5%: the CLI's trials, so the page's answer is the command's."
     )
     raw = loader.one_point(study.raw, sets)
     _max_rate(study, sets, raw, sc, slo)

@@ -34,6 +34,7 @@ def bucket_key(pool: str, plan: Plan) -> tuple[Any, ...]:
 @dataclass
 class Bucket:
     samples: list[float] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)  # the OS took the core away during each sample this often
     profiled: bool = False  # its op families were timed once, after its samples
 
     def time(self) -> float:

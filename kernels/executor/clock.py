@@ -36,6 +36,7 @@ from kernels.executor.paged_kv import PagedKV, token_bytes
 from kernels.executor.runner import LayerPlan, MTPModule, RankModel
 from kernels.executor.step import build
 from kernels.executor.tiers import TierBuffers
+from kernels.timing import preemptions
 from simulator.capacity import draft_pool, draft_weights_bytes_per_gpu, weights_bytes_per_gpu
 from simulator.config.scenario import Pool, Scenario
 from simulator.engine.timer import CostTimer, Stepping, Timed
@@ -76,7 +77,7 @@ class ReplayClock:
         budget_s: float = 120.0,
         samples: int = 3,
         shared: dict[tuple[Any, ...], RankModel] | None = None,
-        between: Callable[[], None] | None = None,
+        between: Callable[[ReplayClock], None] | None = None,
     ) -> None:
         """`shared`: rank models kept across replays of one process (a sweep on one GPU builds a rank once)."""
         if any(p.dp > 1 for p in sc.deployment.pools().values()):
@@ -85,7 +86,9 @@ class ReplayClock:
         self.sampler = Sampler(samples, budget_s)
         self.cost = CostTimer()  # the modeled clock's times, and the price of a step no bucket measured
         self.shared = {} if shared is None else shared
-        self.between = between  # run after each executed step (`compare` times op shapes there, under the same load)
+        # run after each executed step, handed this clock (`compare` times op shapes and probe steps there, under
+        # the same load)
+        self.between = between
         self.sw = Stopwatch(dev)
         self.runners: dict[str, RankModel] = {}
         self.kv: dict[tuple[str, int], PagedKV] = {}
@@ -265,12 +268,14 @@ class ReplayClock:
             return None, check
         if decision == "reuse":
             return bucket.time(), check
+        away = preemptions()
         step = self._execute(inst, runner, plan, kv)
         bucket.samples.append(step)
+        bucket.preempted.append(preemptions() - away)
         if self.sampler.wants_families(bucket, self.device_s):
             self._sample_families(inst, runner, plan, kv, check)
         if self.between is not None:
-            self.between()
+            self.between(self)
         return step, check
 
     # -- internals -------------------------------------------------------------------------------------------

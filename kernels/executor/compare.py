@@ -7,19 +7,28 @@ the scenario's steps produce is timed between the replay's executed steps, a few
 under the load the replay runs under, so the verdict is about the model rather than about where and when it ran (a
 profile measured on another machine read −41% / +72% on a loaded one). The simulation, and the op families of the
 replay's sampled steps, are priced by it. The timing noise is reported beside it: the spread of each shape's own
-samples, how far a re-timed fifth of the shapes moved by the end, and the spread of the replay's repeated steps.
+samples, how far a re-timed fifth of the shapes moved by the end, and the spread of the replay's repeated steps;
+and what the load cost the replay's steps beyond it (the preemptions during them, `_preemption`).
+
+The executor also spends time no op of the op list prices — the glue between ops, the norms, ropes and routing it
+runs as several torch ops each, the KV write into the real cache, the integrity check's glue. Probe steps of its
+own, run one at a time between the replay's steps like the shapes (`overhead.Probes`), measure it, and the
+profile carries it as a term (`simulator.pricing.step_overhead`) that the simulation adds at its step timer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 import time
 import zlib
 from pathlib import Path
 from typing import Any
 
+from kernels.executor.clock import Families
 from kernels.executor.device import prepare
+from kernels.executor.overhead import GLUE, Probes
 from kernels.executor.replay import device_name, replay
 from kernels.measure import time_op
 from kernels.profiler import flat, unmeasurable
@@ -29,6 +38,7 @@ from simulator.engine.run import simulate
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.ops import COLLECTIVES
 from simulator.pricing.profile import Profile
+from simulator.pricing.step_overhead import StepOverhead
 
 SKIP = frozenset({"requests", "gpus"})  # inputs, not outcomes
 HERE = "here"  # --profile here: the scenario's op shapes timed on this device, in this run
@@ -72,6 +82,39 @@ def _replay_spread(timer: Any) -> float | None:
     return _median([(max(b.samples) - min(b.samples)) / 2 / b.time() for b in buckets])
 
 
+def _preemption(timer: Any) -> dict[str, float | None]:
+    """What load cost the replay's executed steps beyond the time away (which thread CPU time leaves out): how
+    often the OS took the core mid-step, and the CPU time each took back — the slope of a step's time on its
+    preemptions within buckets (whose samples are the same step), pooled, with its standard error — as a share of
+    a mean step. The op shapes are timed as medians of short runs, which mostly escape it; a step of several ms
+    rarely does. An estimate from a few samples a bucket: read its error beside it."""
+    buckets = [b for b in timer.sampler.buckets.values() if b.samples]
+    steps = [t for b in buckets for t in b.samples]
+    away = [p for b in buckets for p in b.preempted]
+    centred = []  # (preemptions, seconds) about their bucket's means
+    for b in buckets:
+        mt, mp = statistics.fmean(b.samples), statistics.fmean(b.preempted)
+        centred += [(p - mp, t - mt) for p, t in zip(b.preempted, b.samples, strict=True)]
+    sxx = sum(p * p for p, _ in centred)
+    dof = len(steps) - len(buckets) - 1
+    if not sxx or dof < 1:
+        return {
+            "per_step": statistics.fmean(away) if away else None,
+            "ms_each": None,
+            "ms_each_se": None,
+            "share": None,
+        }
+    each = sum(p * t for p, t in centred) / sxx
+    se = math.sqrt(sum((t - each * p) ** 2 for p, t in centred) / dof / sxx)
+    per_step = statistics.fmean(away)
+    return {
+        "per_step": round(per_step, 3),
+        "ms_each": round(each * 1e3, 4),
+        "ms_each_se": round(se * 1e3, 4),
+        "share": round(per_step * each / statistics.fmean(steps), 4),
+    }
+
+
 class ShapeTimer:
     """The scenario's op shapes timed on the device a few at a time between the replay's executed steps, in an
     order that mixes the families, so every family's table is timed over the replay's whole run and load; what the
@@ -81,6 +124,7 @@ class ShapeTimer:
         prepare(device)  # one CPU thread, as the replay runs
         self.device = device
         self.shapes = sorted(flat(scenario_shapes(sc, base_dir)), key=_spread_key)
+        self.probes = Probes(sc)  # the executor's work beyond its kernels, one probe step at a time
         self.timed: dict[tuple[str, str], dict[str, Any]] = {}
         self.next = 0
         self.seconds = 0.0
@@ -95,14 +139,19 @@ class ShapeTimer:
         self.seconds += time.monotonic() - t0
         return out
 
-    def between(self) -> None:
-        """After an executed step of the replay: the next few shapes."""
+    def between(self, clock: Any) -> None:
+        """After an executed step of the replay (`clock`, its `ReplayClock`): the next few shapes, then one probe
+        step's execution."""
         if self.next < len(self.shapes):
             self.timed.update(self._time(self.shapes[self.next : self.next + PER_STEP]))
             self.next += PER_STEP
+        t0 = time.monotonic()
+        self.probes.next(clock)
+        self.seconds += time.monotonic() - t0
 
-    def finish(self) -> tuple[Profile, dict[str, Any]]:
-        """Time what the replay left, then the probe: the profile to price by, and the noise."""
+    def finish(self, clock: Any) -> tuple[Profile, dict[str, Any]]:
+        """Time what the replay left, then the drift probe: the profile to price by (with the executor's work
+        beyond its kernels, from the probe steps), and the noise."""
         if self.next < len(self.shapes):
             self.timed.update(self._time(self.shapes[self.next :]))
             self.next = len(self.shapes)
@@ -114,6 +163,9 @@ class ShapeTimer:
         for e in first.values():
             kernels.setdefault(e["family"], []).append((e["shape"], e["median_us"]))
         profile = Profile(device_name(self.device), "measured", kernels, None, dt.datetime.now(dt.UTC).isoformat())
+        t0 = time.monotonic()
+        profile.step_overhead[self.probes.sc.model.name] = self.probes.finish(clock, profile)
+        self.seconds += time.monotonic() - t0
         return profile, {"shape_spread": _median(spread), "drift": _median(drift)}
 
 
@@ -140,15 +192,17 @@ def compare(
     between = timer_here.between if timer_here is not None else None
     replayed = replay(sc, base_dir, device, "measured", budget_s, shared, between=between)
     rep, timer = replayed.result, replayed.timer
-    timer.close()
     measured: Profile | None = None
     f = timer.families
     priced = dict(f.priced)
     if timer_here is not None:
-        measured, noise = timer_here.finish()
+        measured, noise = timer_here.finish(timer)  # before the replay's caches go: the probes write there
+        overhead = measured.step_overhead[sc.model.name]
         noise["replay_spread"] = _replay_spread(timer)
         noise["timing_noise"] = max((v for v in noise.values() if v is not None), default=None)
+        noise["preemption"] = _preemption(timer)
         priced = _priced_by(measured, sc, f.sampled)
+    timer.close()
     sim, _ = simulate(sc, base_dir, profile=measured)
     a, b = flatten(sim["metrics"]), flatten(rep["metrics"])
     metrics = {k: {"sim": a[k], "replay": b.get(k), "rel_error": _rel(a[k], b.get(k))} for k in a}
@@ -169,8 +223,25 @@ def compare(
             "shapes": len(timer_here.shapes),
             "seconds": round(timer_here.seconds, 1),
             "noise": noise,
+            "step_overhead": {**overhead.as_doc(), **_overhead_on(overhead, f, priced)},
         }
     return out
+
+
+def _overhead_on(overhead: StepOverhead, f: Families, priced: dict[str, float]) -> dict[str, float | None]:
+    """The term on the replay's sampled steps (ms a step) beside what it stands for there: the time no op took
+    (`unattributed`) and the GLUE families' measured time beyond their price."""
+    n = max(1, f.steps)
+    term = sum(
+        overhead.seconds(batch, len(chunks), batch + sum(c for c, _ in chunks), ctx)
+        for _, batch, ctx, _, chunks in f.sampled
+    )
+    beyond = f.measured.get("unattributed", 0.0) + sum(f.measured.get(g, 0.0) - priced.get(g, 0.0) for g in GLUE)
+    return {
+        "priced_ms": round(term * 1e3 / n, 4),
+        "measured_ms": round(beyond * 1e3 / n, 4),
+        "rel_error": _rel(term, beyond),
+    }
 
 
 def _priced_by(profile: Profile, sc: Scenario, sampled: list[Any]) -> dict[str, float]:

@@ -49,11 +49,11 @@ def replay(
     budget_s: float = 120.0,
     shared: dict[Any, Any] | None = None,
     profile: Profile | None = None,
-    between: Callable[[], None] | None = None,
+    between: Callable[[ReplayClock], None] | None = None,
 ) -> Replayed:
     """The engine in step mode with the device timer in place of the cost model. `profile`: what prices the steps
     the device does not run (and the op families' price beside their measured time), else the scenario's;
-    `between`: run after each executed step."""
+    `between`: run after each executed step, handed the device timer."""
     dev = prepare(device)
     timer = ReplayClock(sc, dev, clock, budget_s, shared=shared, between=between)
     result, run = simulate(sc, base_dir, step_mode=True, timer=timer, profile=profile)

@@ -34,38 +34,50 @@ def token_ids(req_id: int, positions: np.ndarray) -> np.ndarray:
     return (req_id * 1_000_003 + positions * 7_919) % 2_147_483_647
 
 
-def _table(seq: Seq, tokens: int, page_size: int) -> np.ndarray:
-    """The live pages of a sequence's block table; they must cover `tokens` tokens."""
-    n = seq.table.n
-    if n * page_size < tokens:
-        raise RuntimeError(f"request {seq.req.id}: {n} pages cannot hold {tokens} tokens (pages not booked?)")
-    return seq.table.pages[:n]
+Live = tuple[int, int, np.ndarray]  # a sequence as a step reads it: request id, tokens cached, its live pages
+
+
+def _pages(req: int, pages: np.ndarray, tokens: int, page_size: int) -> np.ndarray:
+    """A sequence's live pages; they must cover `tokens` tokens."""
+    if len(pages) * page_size < tokens:
+        raise RuntimeError(f"request {req}: {len(pages)} pages cannot hold {tokens} tokens (pages not booked?)")
+    return pages
 
 
 def build(plan: Plan, kv: PagedKV, queries: int = 1, offset: int = 0) -> StepInput:
     """The step's inputs; each decode sequence gives `queries` rows from position `computed + offset`."""
+    decode = [_live(s) for s in plan.decode]
+    return assemble(decode, [(*_live(s), c) for s, c in plan.prefill], kv, queries, offset)
+
+
+def _live(s: Seq) -> Live:
+    return s.req.id, s.computed, s.table.pages[: s.table.n]
+
+
+def assemble(
+    decode: list[Live], prefill: list[tuple[int, int, np.ndarray, int]], kv: PagedKV, queries: int = 1, offset: int = 0
+) -> StepInput:
+    """The inputs of a step of decode sequences and prefill chunks (each a `Live` and its chunk's tokens)."""
     ps, dev = kv.page_size, kv.dev
     toks, pos, slots, last = [], [], [], []
     lens = []
-    decode = plan.decode
     tables = []
-    for s in decode:
-        p = np.arange(s.computed + offset, s.computed + offset + queries)
-        pages = _table(s, int(p[-1]) + 1, ps)
-        toks.append(token_ids(s.req.id, p))
+    for req, computed, live in decode:
+        p = np.arange(computed + offset, computed + offset + queries)
+        pages = _pages(req, live, int(p[-1]) + 1, ps)
+        toks.append(token_ids(req, p))
         pos.append(p)
         slots.append(kv.slots(pages, p))
         lens += (p + 1).tolist()
-        tables += [s] * queries
+        tables += [pages] * queries
     b = len(lens)
     chunks = []
     row = b
-    for s, c in plan.prefill:
-        before = s.computed
-        pages = _table(s, before + c, ps)
+    for req, before, live, c in prefill:
+        pages = _pages(req, live, before + c, ps)
         ctx = np.arange(before + c)
         ctx_slots = kv.slots(pages, ctx)
-        toks.append(token_ids(s.req.id, ctx[before:]))
+        toks.append(token_ids(req, ctx[before:]))
         pos.append(ctx[before:])
         slots.append(ctx_slots[before:])
         chunks.append(Chunk(row, c, before, torch.from_numpy(ctx_slots).to(dev)))
@@ -74,9 +86,9 @@ def build(plan: Plan, kv: PagedKV, queries: int = 1, offset: int = 0) -> StepInp
     if b:
         width = max(-(-n // ps) for n in lens)
         table = np.full((b, width), -1, dtype=np.int64)
-        for i, s in enumerate(tables):
+        for i, pages in enumerate(tables):
             n = -(-lens[i] // ps)
-            table[i, :n] = kv.physical_pages(s.table.pages[:n])
+            table[i, :n] = kv.physical_pages(pages[:n])
     else:
         table = np.zeros((0, 1), dtype=np.int64)
     batch = Batch(

@@ -9,6 +9,7 @@ engine in step mode with a device timer in place of the cost model (`engine.time
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from collections.abc import Callable, Iterator
@@ -145,6 +146,14 @@ class Simulation:
         injected = dict(self.injector.injected) if self.injector else None
         return RunRecord(self.sc, self.profile, pools, entry, list(self.records.values()), injected)
 
+    def recorded_until(self) -> float:
+        """A time before which every first token and finish is already in `records`: an instance reports a run's
+        events when the run ends, so one not yet reported comes no earlier than the start of a run in flight (an
+        instance's clock while it runs; a sleeping instance has none), nor than now. A request still waiting then
+        waits at least this long, whatever follows: what lets a planner's trial stop on it (`planning.trial`)."""
+        starts = [i.clock for insts in self.pools.values() for i in insts if i.wake is None or i.wake.triggered]
+        return min([self.env.now, *starts])
+
     # -- traffic ---------------------------------------------------------------------------------------
     def run(self) -> None:
         self.env.process(self._feed(self.source.initial()))
@@ -206,18 +215,7 @@ class Simulation:
         rec.retry_output += output
         if prompt:
             rec.retry_prefill_s += self._prefill_s(prompt)
-        again = Request(
-            req.id,
-            t + wait,
-            req.prompt_tokens,
-            req.output_tokens,
-            req.session,
-            req.client,
-            req.turn,
-            req.blocks,
-            req.block_tokens,
-        )
-        self.env.process(self._feed([again]))
+        self.env.process(self._feed([dataclasses.replace(req, arrival=t + wait)]))  # all of it, sent again
         return True
 
     def _prefill_s(self, tokens: int) -> float:

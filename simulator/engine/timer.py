@@ -16,6 +16,7 @@ import numpy as np
 from simulator.config.scenario import Pool
 from simulator.pricing.costmodel import CostModel
 from simulator.pricing.dpstep import DPSteps, RankStep
+from simulator.pricing.step_overhead import StepOverhead
 from simulator.pricing.tier_pricing import TierPricing
 from simulator.pricing.usage import Usage
 from simulator.serving.rank import Rank
@@ -92,7 +93,10 @@ class HostTime:
 class CostTimer:
     """The cost model as the step timer: one rank's steps by its pool's `CostModel`, a DP instance's lock-step
     steps by `DPSteps` (the slowest rank plus the routed experts every rank shares), each step at least the
-    engine's CPU work (`HostTime`)."""
+    engine's CPU work (`HostTime`). Where the profile measured its executor's work beyond the kernels
+    (`pricing.step_overhead`, the CPU replay's), a one-rank step adds it on the device's own clock: a speculative
+    step as its verify pass over (k+1)·batch rows (its draft passes' glue is not measured); DP instances, which
+    the replay does not run, go without it."""
 
     def __init__(self) -> None:
         self._dp: dict[str, DPSteps] = {}
@@ -110,6 +114,7 @@ class CostTimer:
         host = self._host.get(inst.pool_name)
         if host is None:
             host = self._host[inst.pool_name] = HostTime(inst.pool)
+        executor = inst.cost.profile.step_overhead.get(inst.cost.model.name)
         if len(plans) > 1:
             pricer = self._dp.get(inst.pool_name)
             if pricer is None:
@@ -119,16 +124,33 @@ class CostTimer:
         if plan.prefill:
             d = plan.decode
             chunks = [(c, s.computed) for s, c in plan.prefill]  # a prefilling sequence is not in the batch
-            t = cost.step_s(len(d), sum(s.computed + 1 for s in d), sum(s.table.n for s in d), chunks)
+            ctx = sum(s.computed + 1 for s in d)
+            t = cost.step_s(len(d), ctx, sum(s.table.n for s in d), chunks)
+            if executor is not None:
+                t += executor.seconds(len(d), len(chunks), len(d) + sum(c for c, _ in chunks), ctx, cost.integrity)
             if cost.tiers is not None:
                 t = with_loads(cost.tiers, t, [plan])
             return [clock + host.step(t)], None
         growth = inst.ranks[0].sched.growth(plan, n)
+        b = len(plan.decode)
         if plan.ctx is not None:  # verify steps: each reads the context its drawn tokens left
-            priced = cost.decode_steps(len(plan.decode), plan.ctx[:n], plan.pages0 + growth)
-            return host.ends(clock, priced.us), priced
-        priced, ends = cost.decode_run(len(plan.decode), plan.ctx0, plan.pages0, growth, clock)
+            priced = cost.decode_steps(b, plan.ctx[:n], plan.pages0 + growth)
+            if executor is None:
+                return host.ends(clock, priced.us), priced
+            spec = inst.pool.speculative
+            rows = b * (spec.draft_tokens + 1) if spec is not None else b
+            return host.ends(clock, priced.us + _beyond_us(executor, rows, plan.ctx[:n], cost.integrity)), priced
+        priced, ends = cost.decode_run(b, plan.ctx0, plan.pages0, growth, clock)
+        if executor is not None:  # step i reads ctx0 + b·(i+1) tokens, as the cost model prices it
+            ctx = plan.ctx0 + b * np.arange(1, n + 1, dtype=np.float64)
+            return host.ends(clock, priced.us + _beyond_us(executor, b, ctx, cost.integrity)), priced
         return host.ends(clock, priced.us, ends), priced
+
+
+def _beyond_us(executor: StepOverhead, rows: int, ctx: np.ndarray, checked: bool) -> np.ndarray:
+    """µs of the executor's work beyond its kernels in decode steps of `rows` rows, step i reading `ctx[i]` cached
+    tokens in all."""
+    return (executor.seconds(rows, 0, rows, 0.0, checked) + executor.per_kv_token_us * 1e-6 * ctx) * 1e6
 
 
 def with_loads(tiers: TierPricing, compute_s: float, plans: list[Plan]) -> float:

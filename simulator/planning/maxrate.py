@@ -63,7 +63,7 @@ class _Search:
         trials = [Trial(self.scenario(r), self.base_dir, self.slo, limits=self.limits) for r in todo]
         outs = self.backend.map(run_trial, trials)
         for r, out in zip(todo, outs, strict=True):
-            self.seen[r] = out
+            self.seen[r] = out = as_written(out)
             if self.on_trial is not None:
                 self.on_trial(f"{r:g}: {'meets the SLO' if out['meets'] else out['reason']}")
         return [self.seen[r] for r in rates]
@@ -120,6 +120,15 @@ class _Search:
         return lo, hi
 
 
+def as_written(out: dict[str, Any]) -> dict[str, Any]:
+    """A rate's trial as the search counts it: met only where both its last run (the stopping rule's length) and
+    its first (the study's own length, what `phaseplan run --set traffic.rate=R` runs) meet the SLO, so the
+    answer holds for the study as written too; else missed, for the reason of the run that misses."""
+    if not out["meets"] or out["as_written"] is None:
+        return out
+    return {**out, "meets": False, "reason": f"{out['as_written']} (at the study's own length; longer, it meets it)"}
+
+
 def mapping(
     raw: dict[str, Any], sc: Scenario, rate: float, slo: SLO, base_dir: Path | None, trial: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -166,6 +175,7 @@ def max_rate(
         "binding": slo.binding(best["metrics"]),
         "trial": best["overrides"],  # the length the stopping rule ran the answer's trial to (empty: the study's)
         "trial_precision": best["precision"],
+        "trial_settled": best["settled"],
         "metrics": best["metrics"],
         "above": {f"{r:g}": search.seen[r]["reason"] for r in probes},  # None: it met the SLO after all
         "trials": [

@@ -11,6 +11,10 @@ differently, and where they reverse the decision — B better than A on a headli
 * `plan`: the winner against the first runner-up at the planned rate, each on the trial it was judged on, under
   each other pricing: does the winner still meet the SLO, and is it still ahead.
 
+Either counts only beyond the runs' noise, the 95% intervals every Result carries: a figure reverses where the two
+intervals do not meet (`results.compare.apart`), a miss where its interval settles it (`stopping.settled`); a
+0.02% difference in cost is not a decision the pricing makes.
+
 Each is one line; the JSON carries the figures behind it.
 """
 
@@ -24,8 +28,11 @@ from typing import Any
 
 from simulator.config import presets
 from simulator.config.scenario import Scenario
+from simulator.config.sweep import lookup
 from simulator.errors import InputError
-from simulator.results.compare import Delta, deltas, reversals
+from simulator.planning import stopping
+from simulator.planning.slo import SLO
+from simulator.results.compare import Delta, apart, deltas, interval, reversals
 
 BUNDLED = Path(__file__).resolve().parents[2] / "profiles"
 ROOFLINE = "roofline"
@@ -189,7 +196,7 @@ def plan_reversals(
 ) -> dict[str, Any] | None:
     """The plan's winner and first runner-up (each on the trial it was judged on) under every other pricing:
     `{"priced", "reversed": [{"pricing", "why"}]}` where the winner misses the SLO or falls behind the runner-up
-    by the plan's own ranking (GPUs or cost first); None without a winner."""
+    by the plan's own ranking (GPUs or cost first), beyond the runs' noise; None without a winner."""
     from simulator.config import loader
     from simulator.planning.search import mapping
 
@@ -214,27 +221,44 @@ def plan_reversals(
     n = len(entries)
     for i, alt in enumerate(others):
         got = outs[n * i : n * (i + 1)]
-        why = _plan_flip(entries, got, objective)
+        why = _plan_flip(entries, got, objective, SLO(**res["question"]["slo"]))
         if why:
             flipped.append({"pricing": alt.label, "instead_of": alt.instead_of, "why": why})
     return {"own": own_pricing(sc), "priced": [o.label for o in others], "reversed": flipped}
 
 
-def _rank(entry: dict[str, Any], metrics: dict[str, Any], objective: str) -> tuple[float, ...]:
-    """The plan's ranking of a candidate that meets the SLO (`search.plan`): GPUs, cost, TTFT p95 (or cost first)."""
-    gpus, cost = float(entry["gpus"]), metrics["cost_per_mtok_usd"] or float("inf")
-    ttft = metrics["ttft_ms"]["p95"] or 0.0
-    return (gpus, cost, ttft) if objective == "gpus" else (cost, gpus, ttft)
+def _ahead(a: dict[str, Any], ma: dict[str, Any], b: dict[str, Any], mb: dict[str, Any], objective: str) -> bool:
+    """Whether candidate `a` (metrics `ma`) ranks ahead of `b` by the plan's ranking (`search.plan`: GPUs, cost,
+    TTFT p95, or cost first) beyond the runs' noise: on the first figure that differs, their 95% intervals do not
+    meet (`results.compare.apart`). A difference inside the noise reverses nothing."""
+    order = ["gpus", "cost_per_mtok_usd", "ttft_ms.p95"]
+    if objective != "gpus":
+        order[:2] = order[1::-1]
+    for path in order:
+        if path == "gpus":
+            if a["gpus"] != b["gpus"]:
+                return a["gpus"] < b["gpus"]
+            continue
+        x, y = lookup({"metrics": ma}, f"metrics.{path}"), lookup({"metrics": mb}, f"metrics.{path}")
+        if x == y:
+            continue
+        ia, ib = interval({"metrics": ma}, f"metrics.{path}"), interval({"metrics": mb}, f"metrics.{path}")
+        return x is not None and y is not None and x < y and apart(ia, ib)
+    return False
 
 
-def _plan_flip(entries: list[dict[str, Any]], outs: list[dict[str, Any]], objective: str) -> str | None:
-    """Why another pricing reverses the plan's answer (the winner misses, or the runner-up ranks ahead), or None."""
+def _plan_flip(
+    entries: list[dict[str, Any]], outs: list[dict[str, Any]], objective: str, slo: SLO | None = None
+) -> str | None:
+    """Why another pricing reverses the plan's answer, or None: the winner misses the SLO where its intervals
+    settle the miss (`stopping.settled`), or the runner-up ranks ahead of it beyond the runs' noise."""
     win, got = entries[0], outs[0]
     if not got["meets"]:
-        return f"the winner {got['reason']}"
+        clear = slo is None or got["metrics"] is None or stopping.settled(got, slo)
+        return f"the winner {got['reason']}" if clear else None
     if len(entries) < 2 or not outs[1]["meets"]:
         return None
-    if _rank(entries[1], outs[1]["metrics"], objective) < _rank(win, got["metrics"], objective):
+    if _ahead(entries[1], outs[1]["metrics"], win, got["metrics"], objective):
         a, b = got["metrics"]["cost_per_mtok_usd"], outs[1]["metrics"]["cost_per_mtok_usd"]
         return f"the runner-up ({entries[1]['layout']}) ranks ahead of the winner (${b:,.3f} vs ${a:,.3f} per M tokens)"
     return None

@@ -79,6 +79,7 @@ def _entry(c: Candidate, slo: SLO) -> dict[str, Any]:
         "binding": slo.binding(c.outcome["metrics"]),
         "trial": c.outcome["overrides"],  # the length the stopping rule ran it to (empty: the study's own)
         "trial_precision": c.outcome["precision"],
+        "trial_settled": c.outcome["settled"],  # its intervals settle its verdict (so it was lengthened no further)
         "metrics": c.outcome["metrics"],
     }
 
@@ -195,6 +196,7 @@ def _search(
     judge: Judge,
     seen: dict[str, dict[str, Any]],
     run: Callable[[list[Candidate]], list[dict[str, Any]]],
+    refine: Callable[[list[Candidate]], list[dict[str, Any]]],
     raw: dict[str, Any],
     base: dict[str, Any],
     source: str,
@@ -244,7 +246,36 @@ def _search(
         ttft = e["metrics"]["ttft_ms"]["p95"] or 0.0
         return (c.gpus, cost, ttft, c.index) if objective == "gpus" else (cost, c.gpus, ttft, c.index)
 
-    return _Round(cands, simulated, sorted((c for c in simulated if c.passed), key=rank), pruned_first)
+    winners = sorted((c for c in simulated if c.passed), key=rank)
+    while todo := [c for c in contenders(winners, objective) if not c.outcome.get("refined")]:  # type: ignore[union-attr]
+        for c, out in zip(todo, refine(todo), strict=True):
+            c.outcome = seen[key(c.overrides)] = {**out, "refined": True}
+            c.reason = out["reason"]
+        winners = sorted((c for c in simulated if c.passed), key=rank)
+    return _Round(cands, simulated, winners, pruned_first)
+
+
+def _cost_interval(c: Candidate) -> list[float] | None:
+    m = c.outcome["metrics"]  # type: ignore[index]
+    return (m.get("ci95") or {}).get("cost_per_mtok_usd")
+
+
+def contenders(winners: list[Candidate], objective: str) -> list[Candidate]:
+    """The winner and the candidates that pass whose rank against it its intervals leave in doubt: with as many
+    GPUs (when GPUs rank first) and a cost per million tokens whose 95% interval meets the winner's (cost ranks
+    next, then TTFT p95, which moves with the same run's noise). None but the winner: nothing can overtake it, and
+    its verdict is settled, so no trial needs lengthening."""
+    if len(winners) < 2:
+        return []
+    w, wc = winners[0], _cost_interval(winners[0])
+    out = []
+    for c in winners[1:]:
+        if objective == "gpus" and c.gpus != w.gpus:
+            continue
+        cc = _cost_interval(c)
+        if wc is None or cc is None or (cc[0] <= wc[1] and wc[0] <= cc[1]):
+            out.append(c)
+    return [w, *out] if out else []
 
 
 def _widen(space: Space, r: _Round) -> tuple[Space | None, list[str], list[str]]:
@@ -393,10 +424,18 @@ def plan(
         trials = [Trial(c.scenario, base_dir, slo, limits=limits) for c in todo]  # type: ignore[arg-type]
         return backend.map(run_trial, trials, on_done)
 
+    def refine(todo: list[Candidate]) -> list[dict[str, Any]]:
+        """The contenders' trials lengthened, from the runs they have, until their figures are within ±5%."""
+        trials = [
+            Trial(c.scenario, base_dir, slo, limits=limits, precise=True, resume=c.outcome)  # type: ignore[arg-type]
+            for c in todo
+        ]
+        return backend.map(run_trial, trials)  # no new candidate: the progress count stays
+
     first = space
     widened: list[str] = []
     for n in range(MAX_ROUNDS):
-        r = _search(space, judge, seen, run, raw, base, source, objective, runners_up, slo, on_level)
+        r = _search(space, judge, seen, run, refine, raw, base, source, objective, runners_up, slo, on_level)
         wider, more, edges = _widen(space, r)
         if wider is None or n == MAX_ROUNDS - 1:
             if wider is not None:

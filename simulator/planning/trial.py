@@ -1,5 +1,5 @@
 """One trial: a candidate scenario simulated against the SLO, stopped as soon as the SLO is certainly missed,
-and lengthened until its verdict is precise (`stopping`).
+and lengthened while its verdict is in doubt (`stopping`).
 
 A run is judged on its steady-state window (`results.steady`), which starts no later than the middle of the
 arrivals. So a run that already has more requests over a limit, among those that arrived after that middle
@@ -12,6 +12,7 @@ data, so a trial can run in another process or on a Ray worker.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -45,6 +46,8 @@ class Trial:
     profile_draw: int | None = None
     limits: Limits | None = None
     lengthen: bool = True  # False: one run as given (a trial re-priced at the length it was judged on)
+    precise: bool = False  # lengthen until the binding metric is within ±5%, whatever the verdict (`stopping`)
+    resume: dict[str, Any] | None = None  # an earlier outcome of this trial to go on from, not run again
 
 
 class _Missed(Exception):
@@ -59,11 +62,18 @@ class _Watch:
     With at most `most` requests completing, p95 (numpy's linear interpolation) exceeds a limit as soon as
     `most - floor(0.95 (most - 1))` of them do: the value at that rank is then over the limit for any final
     count up to `most`, since the rank needed only grows with the count. Only requests arriving from `since` on
-    are counted: those are in the window whatever warm-up it cuts, so the count holds for the window's p95.
+    are counted: those are in the window whatever warm-up it cuts, so the count holds for the window's p95. A
+    request counts as soon as its latency is surely over a limit, finished or not: one still waiting for its first
+    token at `settled()` (`Simulation.recorded_until`) has waited longer than that, one still decoding has run at
+    least that long (unless a client retried it: its first token is then a later attempt's), and one that never
+    finishes fails the run anyway (`SLO.verdict`). So a run whose queue builds up stops once the wait of the
+    requests after `since` shows it, not when they are at last served.
     """
 
-    def __init__(self, slo: SLO, most: int, records: dict[int, RequestRecord], since: float) -> None:
-        self.slo, self.most, self.records, self.since = slo, most, records, since
+    def __init__(
+        self, slo: SLO, most: int, records: dict[int, RequestRecord], since: float, settled: Callable[[], float]
+    ) -> None:
+        self.slo, self.most, self.records, self.since, self.settled = slo, most, records, since, settled
         self.every = max(1, most // CHECKS)
         self.over_p95 = most - math.floor(0.95 * (most - 1))
 
@@ -72,11 +82,18 @@ class _Watch:
             self.check(done)
 
     def check(self, done: int) -> None:
-        slo = self.slo
+        slo, now = self.slo, self.settled()
         ttft_lim, tpot_lim = slo.ttft_p95_ms + ROUNDING, slo.tpot_p95_ms + ROUNDING
         over_ttft = over_tpot = failed = 0
         for r in self.records.values():
-            if r.status == "pending" or r.arrival < self.since:
+            if r.arrival < self.since:
+                continue
+            if r.status == "pending":
+                first = r.first_token
+                if first != first:  # NaN: no first token by `now`
+                    over_ttft += (now - r.arrival) * 1e3 > ttft_lim
+                elif r.output > 1 and not r.retries:  # a retry's first token comes later: its TPOT is not known
+                    over_tpot += (now - first) * 1e3 / (r.output - 1) > tpot_lim
                 continue
             if r.status != "completed":
                 failed += 1
@@ -163,7 +180,7 @@ def _run(trial: Trial, sc: Scenario) -> dict[str, Any]:
     most = most_requests(sim) if slo is not None else None
     since = surely_measured_from(sim)
     if slo is not None and most and since is not None:
-        sim.on_progress = _Watch(slo, most, sim.records, since)
+        sim.on_progress = _Watch(slo, most, sim.records, since, sim.recorded_until)
     reason, stopped = None, False
     try:
         sim.run()
@@ -180,27 +197,37 @@ def _run(trial: Trial, sc: Scenario) -> dict[str, Any]:
 
 
 def run_trial(trial: Trial) -> dict[str, Any]:
-    """`{"meets", "reason", "stopped_early", "metrics", "overrides", "doublings", "precision"}`: the verdict of the
-    last run, lengthened by the stopping rule (`stopping`; a trial without an SLO runs once, as given), the
-    overrides that make its length (empty: the scenario's own), and its binding metric's relative half-width. A
-    candidate that does not fit has no metrics."""
+    """`{"meets", "reason", "stopped_early", "metrics", "overrides", "doublings", "precision", "settled",
+    "as_written"}`: the verdict of the last run, lengthened by the stopping rule (`stopping`; a trial without an
+    SLO runs once, as given), the overrides that make its length (empty: the scenario's own), its binding metric's
+    relative half-width, whether its intervals settle its verdict, and why its first run, at the scenario's own
+    length, misses the SLO (None: it meets it). A candidate that does not fit has no metrics."""
     sc, slo = trial.scenario, trial.slo
-    out = _run(trial, sc)
-    over: dict[str, Any] = {}
-    n = 0
-    while trial.lengthen and slo is not None and n < stopping.DOUBLINGS and out["metrics"] and not out["stopped_early"]:
-        if stopping.precise(out["metrics"], slo):
-            break
-        k = min(stopping.doublings_needed(stopping.binding_precision(out["metrics"], slo)), stopping.DOUBLINGS - n)
-        nxt = stopping.longer(sc, 2**k)
+    if trial.resume is not None:
+        out, over, n = trial.resume, dict(trial.resume["overrides"]), trial.resume["doublings"]
+        first = trial.resume["as_written"]
+    else:
+        out, over, n = _run(trial, sc), {}, 0
+        first = out["reason"]
+    while trial.lengthen and slo is not None and n < stopping.DOUBLINGS and out["metrics"]:
+        k = min(stopping.wanted(out, slo, trial.precise), stopping.DOUBLINGS - n)
+        nxt = stopping.longer(trial.scenario, 2 ** (n + k)) if k else None
         if nxt is None:
             break
-        longer = stopping.lengthened(sc, *nxt)
+        longer = stopping.lengthened(trial.scenario, *nxt)
         try:
             check(longer, trial.base_dir, trial.limits)
         except InputError:
             break  # the work limits cap the trial where they stand
-        sc, over, n = longer, {nxt[0]: nxt[1]}, n + k
-        out = _run(trial, sc)
-    precision = stopping.binding_precision(out["metrics"], slo) if slo is not None and out["metrics"] else None
-    return {**out, "overrides": over, "doublings": n, "precision": None if precision is None else round(precision, 4)}
+        over, n = {nxt[0]: nxt[1]}, n + k
+        out = _run(trial, longer)
+    judged = slo is not None and out["metrics"] is not None
+    precision = stopping.binding_precision(out["metrics"], slo) if judged else None  # type: ignore[arg-type]
+    return {
+        **out,
+        "overrides": over,
+        "doublings": n,
+        "precision": None if precision is None else round(precision, 4),
+        "settled": judged and stopping.settled(out, slo),  # type: ignore[arg-type]
+        "as_written": first,
+    }

@@ -27,6 +27,7 @@ import numpy as np
 from simulator.config.scenario import Pool, Scenario
 from simulator.config.specs import HardwareSpec
 from simulator.pricing import profile_file
+from simulator.pricing.step_overhead import StepOverhead
 
 Point = Callable[[Mapping[str, Any]], Any]
 
@@ -172,6 +173,9 @@ class Profile:
         # where the roofline's factors came from when a hardware preset carries fitted ones (ops without a table
         # are priced by it): set by `for_scenario`, None for judged factors
         self.roofline_fit: str | None = None
+        # by model: what a device executor spends per step beyond the priced kernels, measured by the profiler on
+        # probe steps (`step_overhead.py`; `compare --device cpu` measures it in the run), priced at the step seam
+        self.step_overhead: dict[str, StepOverhead] = {}
         grouped: dict[tuple[str, tuple], list[tuple[Mapping[str, Any], float]]] = {}
         for family, entries in kernels.items():
             for shape, us in entries:
@@ -235,6 +239,8 @@ class Profile:
             out["derived_gemm_forms"] = len(self.derived)
         if self.roofline_fit is not None:
             out["roofline_fit"] = self.roofline_fit
+        if self.step_overhead:
+            out["step_overhead"] = {m: t.as_doc() for m, t in self.step_overhead.items()}
         return out
 
     def table(self, family: str, shape: Mapping[str, Any]) -> Table | None:

@@ -2,7 +2,9 @@
 same two runs are priced another way (another kernel profile of the GPU, another engine preset).
 
 The app's Compare view prints the table and the reversal notice; `sweep` and `plan` print the reversal in one line
-(`planning.pricings`): the same figures, the same rule.
+(`planning.pricings`): the same figures, the same rule. A change counts towards a reversal only where it is beyond
+the runs' noise: the two figures' 95% intervals (`metrics.ci95`, `results.steady`) do not meet. Where a Result
+carries no interval for a figure (no steady state), its noise is unknown and no reversal is claimed on it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Delta:
     change: float | None  # b - a (for a share: in points, not relative)
     ratio: float | None  # b / a - 1; None for a share, whose relative change misleads (+632% of a 11% share)
     better: bool | None  # whether b is better than a; None when equal or not comparable
+    clear: bool = False  # the change is beyond the runs' noise: a's and b's 95% intervals do not meet
 
 
 def deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
@@ -54,15 +57,31 @@ def deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
             change = y - x
             ratio = (y / x - 1) if x and unit != "%" else None
             better = None if y == x else (y > x) == higher
-        out.append(Delta(label, unit, x, y, change, ratio, better))
+        out.append(Delta(label, unit, x, y, change, ratio, better, apart(interval(a, path), interval(b, path))))
     return out
 
 
+def interval(result: dict[str, Any], path: str) -> list[float] | None:
+    """A figure's 95% interval in a Result (`metrics.ttft_ms.p95` -> `metrics.ci95.ttft_ms.p95`), or None."""
+    ci = lookup(result, path.replace("metrics.", "metrics.ci95.", 1))
+    return ci if isinstance(ci, list) and len(ci) == 2 else None
+
+
+def apart(a: list[float] | None, b: list[float] | None) -> bool:
+    """Whether two 95% intervals do not meet (False where either is missing: the noise is then unknown)."""
+    return a is not None and b is not None and (a[1] < b[0] or b[1] < a[0])
+
+
 def reversals(one: list[Delta], other: list[Delta]) -> list[tuple[Delta, Delta]]:
-    """The headline figures on which B beats A priced one way and loses to it priced the other."""
+    """The headline figures on which B beats A priced one way and loses to it priced the other, each change beyond
+    its runs' noise (`Delta.clear`)."""
     by_label = {d.label: d for d in other}
     return [
         (d, by_label[d.label])
         for d in one
-        if d.label in HEADLINE and d.better is not None and by_label[d.label].better is (not d.better)
+        if d.label in HEADLINE
+        and d.better is not None
+        and d.clear
+        and by_label[d.label].clear
+        and by_label[d.label].better is (not d.better)
     ]

@@ -78,10 +78,10 @@ class FitFile(Strict):
 
 def evaluations(parameters: int) -> int:
     """How many times `fit` evaluates a case at most: the start, each iteration's Jacobian and backtracked steps,
-    the last Jacobian, the final prediction and the leave-one-source-out figure (`left_out`)."""
+    the last Jacobian and the final prediction."""
     if not parameters:
         return 1
-    return 1 + ITERATIONS * (parameters + BACKTRACKS) + parameters + 2
+    return 1 + ITERATIONS * (parameters + BACKTRACKS) + parameters + 1
 
 
 def load(path: Path) -> list[Parameter]:

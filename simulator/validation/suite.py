@@ -70,7 +70,7 @@ def load_cases(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> list[case.Case
 def check_work(cases: list[case.Case], params: list[fit.Parameter]) -> None:
     """The requests every simulation of the suite makes together, bounded before the first runs: each served case's
     requests times the evaluations the fit makes of it (at most; each case is within a run's limits already)."""
-    each = fit.evaluations(len(params))
+    each = fit.evaluations(len(params)) + bool(params)  # and at the fit with its source left out (`fit.left_out`)
     total = sum(c.requests for c in cases) * each
     limit = MAX_REQUESTS
     if total > limit:
