@@ -62,8 +62,13 @@ def test_the_measured_clock_finds_the_same_hits_per_tier() -> None:
     sc = tiered()
     ran, _ = simulate(sc, SCENARIO.parent)
     measured = replay(sc, SCENARIO.parent, "cpu").result
-    for tier, n in hits(ran).items():
-        assert hits(measured)[tier] == pytest.approx(n, rel=0.1), tier
+    # The measured clock's step times move the turns, so which tier a returning turn finds moves with the machine's
+    # load: on this 2-core VM under a load of 4-10 the host tier's hits ranged 1,376-1,680 against the model's 1,568,
+    # while all hits together stayed within 5%.
+    model, real = hits(ran), hits(measured)
+    assert sum(real.values()) == pytest.approx(sum(model.values()), rel=0.1)
+    for tier, n in model.items():
+        assert real[tier] == pytest.approx(n, rel=0.25), tier
     assert measured["metrics"]["kv_tiers"]["load_back_ms"]["p50"] > 0
 
 
