@@ -5,7 +5,7 @@ STAMP   := .venv/.installed
 SCENARIO ?= scenarios/fleet-disaggregated.yaml
 OUT     ?= out
 
-.PHONY: setup run test app bench gpu-check profile-modeled profile-cpu gpu-replay clean
+.PHONY: setup run test app bench docs-figures gpu-check profile-modeled profile-cpu gpu-replay clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -31,6 +31,12 @@ app: $(STAMP)
 
 bench: $(STAMP)
 	.venv/bin/phaseplan bench-sim
+
+# Every figure README.md states, re-derived by its command into README.md and docs/figures.json (tools/docs_figures.py;
+# minutes: plan and validate are most of it). Re-run after a change that moves figures; tests/test_docs_figures.py
+# fails until then.
+docs-figures: $(STAMP)
+	nice $(PY) tools/docs_figures.py
 
 profile-modeled: $(STAMP)
 	.venv/bin/phaseplan profile --device roofline --hardware h200 --out profiles/h200-modeled.json

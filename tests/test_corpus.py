@@ -257,3 +257,19 @@ def test_an_answers_prefill_share_counts_only_the_prompt_its_prefix_cache_did_no
     assert cells.of_answer(sc, m).regime == "prefill"  # 20 prompt tokens an output token
     assert cells.of_answer(sc, m | {"prefix_hit_rate": 0.5}).regime == "batched"  # 10 computed
     assert cells.of_answer(sc, m | {"max_running": 4, "prefix_hit_rate": 0.5}).regime == "few"
+
+
+def test_a_robust_fit_is_not_set_by_one_case_off_by_a_factor() -> None:
+    """Five cases at p = 1 and one that wants p = 4 (its figure off by e³): least squares moves p to 1.5, the
+    soft-L1 fit the suite runs (`suite.ROBUST`) stays near the five."""
+    targets = [_target(a, 1.0) for a in (2, 3, 5, 7, 11)] + [_target(13, 4.0)]
+    assert fit.fit(targets, [_param()]).values[PATH] == pytest.approx(1.5, abs=1e-6)
+    assert 1.0 < fit.fit(targets, [_param()], robust=suite.ROBUST).values[PATH] < 1.1
+
+
+def test_engines_fit_one_path_each_to_its_own_value() -> None:
+    """Two parameters of one path, one per engine: each fitted to its engine's cases, named apart (`fit.keys`)."""
+    other = _param().model_copy(update={"engines": ["sglang-0.5"]})
+    sglang = [fit.Target("sglang-0.5", a * math.exp(2.0), lambda o, a=a: a * math.exp(o[PATH])) for a in (2, 3)]
+    values = fit.fit([_target(5, 1.0), _target(7, 1.0), *sglang], [_param(), other]).values
+    assert values == pytest.approx({f"{PATH}@vllm-0.x": 1.0, f"{PATH}@sglang-0.5": 2.0}, abs=1e-6)

@@ -223,3 +223,47 @@ def test_a_prefill_pool_sends_a_token_once_per_node_under_sglang() -> None:
     per_pair = roofline.op_us("alltoall", {**shape, "remote": 1.0}, hw)
     per_node = roofline.op_us("alltoall", {**shape, "remote": node_dedup_share(4, 8)}, hw)
     assert per_node < per_pair
+
+
+def test_a_graphed_decode_step_pays_the_engines_per_layer_cost_and_a_prefill_step_does_not() -> None:
+    """`decode_layer_us` adds layers × its µs to a decode-only step, under a family of its own, and nothing else."""
+    base = ("deployment.decode.kv_cache=bf16", "sweep={}", "focus={}")
+    plain = _cost(_load(KIMI_KV, *base, "deployment.decode.decode_layer_us=0"))
+    more = _cost(_load(KIMI_KV, *base, "deployment.decode.decode_layer_us=20"))
+    layers = plain.model.layers
+    fb, fm = plain.breakdown(4, 4 * 3000, 4 * 47), more.breakdown(4, 4 * 3000, 4 * 47)
+    assert fm["decode_layers"] == pytest.approx(20 * layers * 1e-6)
+    assert sum(fm.values()) - sum(fb.values()) == pytest.approx(20 * layers * 1e-6, rel=1e-9)
+    assert "decode_layers" not in fb
+    chunk = [(2048, 0)]
+    assert more.step_s(0, 0, 0, chunk) == plain.step_s(0, 0, 0, chunk)
+
+
+def test_an_fp8_cache_pays_the_engines_fixed_cost_once_per_decode_attention_call() -> None:
+    """`fp8_kv_fixed_us` adds its µs to every FP8-cache decode attention call (one a layer), whatever the bytes;
+    a BF16 cache never pays it."""
+    base = ("sweep={}", "focus={}")
+    for kv, paid in (("fp8_e4m3", 1), ("bf16", 0)):
+        costs = [
+            _cost(_load(KIMI_KV, *base, f"deployment.decode.kv_cache={kv}", f"deployment.decode.fp8_kv_fixed_us={us}"))
+            for us in (0, 10)
+        ]
+        for batch in (1, 16):
+            a, b = (c.breakdown(batch, batch * 4000, batch * 63)["decode_attention_mla"] for c in costs)
+            assert b - a == pytest.approx(paid * 10 * costs[0].model.layers * 1e-6, rel=1e-6), (kv, batch)
+
+
+def test_a_requests_time_outside_the_gpu_steps_lands_on_its_ttft_and_latency_not_its_tpot() -> None:
+    """`request_latency_us` (the entry pool's): one request at a time, every TTFT and end-to-end latency grows by it
+    exactly and the decode steps, so the TPOT, do not move."""
+    from simulator.engine.run import simulate
+
+    base = ["deployment.mode=colocated", "traffic.concurrency=1", "traffic.requests=3", "sweep={}", "focus={}"]
+    runs = []
+    for us in (0, 50000):
+        sc = _load(KIMI_KV, *base, f"deployment.decode.request_latency_us={us}")
+        runs.append([r for r in simulate(sc, ROOT)[1].requests if r.status == "completed"])
+    assert len(runs[0]) == len(runs[1]) == 3
+    for a, b in zip(*runs, strict=True):
+        assert (b.first_token - b.arrival) - (a.first_token - a.arrival) == pytest.approx(0.05, abs=1e-9)
+        assert (b.finish - b.first_token) == pytest.approx(a.finish - a.first_token, rel=1e-9)

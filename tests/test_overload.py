@@ -60,8 +60,8 @@ def test_closed_loop_never_warns(monkeypatch, capsys) -> None:
 
 
 def test_dp_prefill_bound_counts_every_rank() -> None:
-    """The wide-EP study keeps up (TTFT p50 about 1 s over its minute, README): each of its 32 DP ranks takes
-    its own 2,048 prompt tokens a step, and the bound must count all of them, or it prunes what would pass."""
+    """The wide-EP study keeps up (TTFT p50 under 1 s over its minute, docs/large-moe.md): each of its 32 DP ranks
+    takes its own 2,048 prompt tokens a step, and the bound must count all of them, or it prunes what would pass."""
     sc, _ = loader.load(ROOT / "scenarios" / "deepseek-v3-wide-ep.yaml")
     load = offered(sc, ROOT / "scenarios")
     assert load is not None

@@ -42,6 +42,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "fuse_elementwise": False,
     "host_step_us": 0.0,
     "dp_sync_us": 0.0,
+    "request_latency_us": 0.0,
+    "decode_layer_us": 0.0,
     "overlap_scheduler": True,
     "overlap_with_speculation": False,
     "mixed_chunked_prefill": True,
@@ -156,6 +158,16 @@ class Pool(Strict):
     fp8_kv_read_factor: PositiveFloat | None = Field(
         None, description="Factor on decode attention's memory time reading an FP8 cache; null: the roofline's own."
     )
+    # And a fixed cost per call of that attention (scales, the conversion's setup), whatever the bytes: a pool's
+    # engine pays its own. None: the hardware roofline's (none).
+    fp8_kv_fixed_us: NonNegativeFloat | None = Field(
+        None, description="µs a decode attention call reading an FP8 cache pays beyond its bytes; null: the roofline's."
+    )
+    # A graphed decode step costs more per layer than its op list prices (pricing/costmodel.py `layer_us`): the
+    # kernels an engine's layer launches beyond the op's list and the gaps between them; the engine's own, fitted.
+    decode_layer_us: NonNegativeFloat = Field(
+        0.0, description="µs a layer of a decode-only (CUDA-graph) step costs beyond its op list (engine kernels)."
+    )
     # Block-FP8 GEMMs and grouped expert GEMMs take this factor on their tensor-core time: an engine whose kernels
     # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.
     fp8_gemm_mma_factor: PositiveFloat | None = Field(
@@ -195,6 +207,14 @@ class Pool(Strict):
             "µs more CPU work per step under DP attention: the ranks agree on the step's batches (across nodes it "
             "stays on the step even with the overlap scheduler)."
         ),
+    )
+    # What a request spends outside the GPU steps (engine/simulation.py): the API server's HTTP handling and
+    # tokenization, the hand-off to the scheduler and its TP ranks, and on the way back the first token's
+    # detokenization and stream; priced where the request enters (the entry pool's value).
+    request_latency_us: NonNegativeFloat = Field(
+        0.0,
+        description="µs a request spends outside the GPU steps (API server, tokenizer, hand-off to the scheduler, "
+        "streaming back): on its TTFT and end-to-end latency, not on the GPU.",
     )
     overlap_scheduler: bool = Field(
         True, description="The CPU work of a step runs while the GPU runs the previous one (a step: the longer)."

@@ -244,13 +244,22 @@ class EngineSpec(Strict):
     fp8_kv_read_factor: PositiveFloat | None = Field(
         None, description="Factor on decode attention's memory time reading an FP8 cache; null: the roofline's own."
     )
+    fp8_kv_fixed_us: NonNegativeFloat | None = Field(
+        None, description="µs a decode attention call reading an FP8 cache pays beyond its bytes; null: the roofline's."
+    )
     fp8_gemm_mma_factor: PositiveFloat | None = Field(
         None, description="Factor on block-FP8 GEMMs' tensor-core time (the engine's kernels); null: the roofline's."
+    )
+    decode_layer_us: NonNegativeFloat = Field(
+        0.0, description="µs a layer of a decode-only (CUDA-graph) step costs beyond its op list (engine kernels)."
     )
     shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
     fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
     host_step_us: NonNegativeFloat = Field(0.0, description="µs of CPU scheduling work per step.")
     dp_sync_us: NonNegativeFloat = Field(0.0, description="µs more per step under DP attention (ranks' CPU sync).")
+    request_latency_us: NonNegativeFloat = Field(
+        0.0, description="µs a request spends outside the GPU steps (API server, tokenizer, streaming back)."
+    )
     overlap_scheduler: bool = Field(True, description="The CPU work of a step runs while the GPU runs the last one.")
     overlap_with_speculation: bool = Field(
         False, description="The overlap scheduler stays on under speculative decoding."
@@ -280,11 +289,14 @@ class EngineSpec(Strict):
     TERMS: ClassVar[tuple[str, ...]] = (
         "decode_graph_floor_us",
         "fp8_kv_read_factor",
+        "fp8_kv_fixed_us",
         "fp8_gemm_mma_factor",
+        "decode_layer_us",
         "shared_expert_overlap",
         "fuse_elementwise",
         "host_step_us",
         "dp_sync_us",
+        "request_latency_us",
         "overlap_scheduler",
         "overlap_with_speculation",
         "mixed_chunked_prefill",

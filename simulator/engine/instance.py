@@ -100,9 +100,9 @@ class Instance:
             return self.ranks[0]
         return self._rank_of[req_id] if keep else self._rank_of.pop(req_id)
 
-    def enqueue_new(self, req: Request) -> None:
-        """A request arrives here to prefill (colocated or prefill pool)."""
-        rank = self._place(req.arrival)
+    def enqueue_new(self, req: Request, t: float) -> None:
+        """A request reaches this instance's scheduler at time t to prefill (colocated or prefill pool)."""
+        rank = self._place(t)
         if self.prefill_only and not self.single:
             self._rank_of[req.id] = rank  # its pages are released by id once transferred
         rank.enqueue_new(req)

@@ -101,6 +101,7 @@ class Simulation:
         room = {name: insts[0].num_pages // insts[0].pool.dp * insts[0].page_size for name, insts in self.pools.items()}
         self._max_prompt = room.get("prefill", room["decode"])
         self._max_total = room["decode"]
+        self._entry_latency_s = self.entry[0].pool.request_latency_us * 1e-6
         self.done = 0
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
         self._convert_s_per_token = self._conversion_s_per_token()
@@ -161,9 +162,13 @@ class Simulation:
             self.env.run()
 
     def _feed(self, reqs: list[Request]):
+        """Each request reaches a scheduler once the path outside the GPU steps is crossed (the entry pool's
+        `request_latency_us`: API server, tokenizer, hand-off; the stream back to the client is counted on the same
+        crossing, so every metric sees it once). Its record keeps the time it left its client."""
         for req in reqs:
-            if req.arrival > self.env.now:
-                yield self.env.timeout(req.arrival - self.env.now)
+            at = req.arrival + self._entry_latency_s
+            if at > self.env.now:
+                yield self.env.timeout(at - self.env.now)
             self.arrive(req)
 
     def arrive(self, req: Request) -> None:
@@ -174,7 +179,6 @@ class Simulation:
             rec.first_token = rec.finish = math.nan
             rec.status, rec.reason, rec.cached_tokens = "pending", "", 0
             rec.prefill_instance = rec.decode_instance = -1
-        colocated = "prefill" not in self.pools
         reason = self._rejection(req)
         if reason:
             if self._retried(req, rec, req.arrival, "rejected", 0, 0):
@@ -183,14 +187,15 @@ class Simulation:
             rec.finish = req.arrival
             self._finished(req, req.arrival)
             return
-        if colocated:
-            inst = self._route_decode(req, req.arrival)
+        t = req.arrival + self._entry_latency_s  # as the feed waits for it (a follow-up may be booked late)
+        if "prefill" not in self.pools:
+            inst = self._route_decode(req, t)
             rec.decode_instance = inst.index
         else:
-            inst = self.entry[self.router.route("prefill", self.entry, req, req.arrival)]
+            inst = self.entry[self.router.route("prefill", self.entry, req, t)]
             rec.prefill_instance = inst.index
-        inst.enqueue_new(req)
-        inst.notify(req.arrival)
+        inst.enqueue_new(req, t)
+        inst.notify(t)
 
     def _rejection(self, req: Request) -> str:
         """Why no instance could ever hold the request ('' if one can): the prompt must fit an empty prefill

@@ -54,6 +54,7 @@ from simulator.pricing.usage import SOURCES, Usage
 
 ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
 VARYING = DECODE_CONTEXT_FAMILIES | {"integrity_check"}
+LAYERS = "decode_layers"  # the breakdown's name for the engine's per-layer cost of a graphed decode step
 CHUNK_CACHE = 1 << 16  # chunks remembered (a prompt's full-size chunks repeat; its last one rarely does)
 
 
@@ -62,7 +63,11 @@ class CostModel:
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, pool: Pool, profile: Profile, integrity: bool) -> None:
         # The pool's engine reads an FP8 cache, and runs block-FP8 GEMMs, at its own cost.
-        engine = {"fp8_kv_dequant_factor": pool.fp8_kv_read_factor, "fp8_gemm_mma_factor": pool.fp8_gemm_mma_factor}
+        engine = {
+            "fp8_kv_dequant_factor": pool.fp8_kv_read_factor,
+            "fp8_kv_floor_us": pool.fp8_kv_fixed_us,
+            "fp8_gemm_mma_factor": pool.fp8_gemm_mma_factor,
+        }
         engine = {k: v for k, v in engine.items() if v is not None}
         if engine:
             factors = {**(hw.roofline.factors if hw.roofline else {}), **engine}
@@ -223,7 +228,22 @@ class CostModel:
         """The op list of a decode step with a one-token context, its context-dependent ops kept as functions of
         the context and pages (`decode_pricing.Varying`)."""
         ops = self.decode_ops(batch, 1, 1 if self.integrity else 0, speculative)
-        return DecodePricing(batch, self.fix(ops), [self.varying(op) for op in ops if op.family in VARYING])
+        fixed = with_layers(self.fix(ops), self.layer_us(speculative))
+        return DecodePricing(batch, fixed, [self.varying(op) for op in ops if op.family in VARYING])
+
+    def layer_us(self, speculative: bool) -> float:
+        """What the engine's graphed decode step costs per layer beyond its op list (`pool.decode_layer_us`), over
+        the layers one step runs: the model's, and with speculation each draft step's (an MTP module's layers,
+        or a draft model's)."""
+        per = self.pool.decode_layer_us
+        spec = self.pool.speculative
+        if not per:
+            return 0.0
+        layers = self.model.layers
+        if speculative and spec is not None:
+            draft = self.model.mtp_layers if spec.method == "mtp" else spec.draft_model.layers  # type: ignore[union-attr]
+            layers += spec.draft_tokens * draft
+        return per * layers
 
     def decode_ops(self, batch: int, context: int, pages: int, speculative: bool | None = None) -> list[Op]:
         """The op list of one decode-only step of `batch` sequences at a mean context and pages: a plain step
@@ -343,6 +363,15 @@ class CostModel:
         if hit is None:
             hit = self._prices[key] = reference.price_op(op.family, op.params, self.profile, self.decode_hw)
         return hit
+
+
+def with_layers(fixed: Priced, us: float) -> Priced:
+    """A decode step's fixed part with the engine's per-layer cost (`CostModel.layer_us`) added: modeled, so
+    charged as the roofline's, under a family of its own in a breakdown."""
+    if not us:
+        return fixed
+    by_source = {**fixed.by_source, "fallback": fixed.by_source["fallback"] + us}
+    return Priced(fixed.us + us, by_source, {**fixed.by_family, LAYERS: us}, fixed.fallbacks)
 
 
 def real_chunks(chunks: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simulator.pricing.costmodel import VARYING, CostModel, real_chunks
+from simulator.pricing.costmodel import VARYING, CostModel, real_chunks, with_layers
 from simulator.pricing.decode_pricing import DecodePricing, DecodeSteps
 from simulator.pricing.lines import Line
 from simulator.pricing.ops import Op, Shape, routed_ops, routed_specs, step_lines, step_ops
@@ -111,9 +111,8 @@ class DPSteps:
             else:
                 ops = step_ops(cost.model, cost.pool, dp * b, 1, (), pages, fused_moe=cost.fused_moe)
             own = _minus(ops, self._routed_ops(dp * b))
-            pricing = self._ranks[b] = DecodePricing(
-                b, cost.fix(own), [cost.varying(op) for op in own if op.family in VARYING]
-            )
+            fixed = with_layers(cost.fix(own), cost.layer_us(self._spec is not None))
+            pricing = self._ranks[b] = DecodePricing(b, fixed, [cost.varying(op) for op in own if op.family in VARYING])
         return pricing
 
     def shared(self, tokens: int) -> Priced:

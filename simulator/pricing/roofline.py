@@ -78,6 +78,11 @@ MMA_EFF_INT4_MOE = 0.25
 # KERNELS.md: FP8 KV is often *slower* than BF16 unless dequant is once per tile; a kernel that does it once
 # per tile still pays ~25% on its memory time (judgement): FP8 ends at ~0.63× BF16 time at long context.
 FP8_KV_DEQUANT_FACTOR = 1.25
+# FP8 KV decode also pays a fixed cost per call that does not grow with the bytes read (the scales' loads, the
+# conversion's setup, in some engines a kernel of its own): AIConfigurator's H200 tables of SGLang 0.5.14's MLA decode
+# put its FP8 rows 5-6 µs above the BF16 ones at every size too small to be bandwidth-bound (docs/calibration.md).
+# The roofline's default: none; an engine that pays it sets its own (a pool's `fp8_kv_fixed_us`).
+FP8_KV_FLOOR_US = 0.0
 # Tensor-core tiles have at least 16 rows: decode attention's query heads per KV head (MLA: all heads of a
 # rank) and MoE's tokens per expert are padded up to it (KERNELS.md: "so the dot has M ≥ 16").
 MIN_TILE_M = 16
@@ -144,6 +149,7 @@ class Factors:
     int4_mma_factor: float = INT4_MMA_FACTOR
     mma_eff_int4_moe: float = MMA_EFF_INT4_MOE
     fp8_kv_dequant_factor: float = FP8_KV_DEQUANT_FACTOR
+    fp8_kv_floor_us: float = FP8_KV_FLOOR_US
     sparse_attn_head_block: int = SPARSE_ATTN_HEAD_BLOCK
     fp8_gemm_mma_factor: float = FP8_GEMM_MMA_FACTOR
     nvlink_eff: float = NVLINK_EFF
@@ -220,6 +226,7 @@ class Work:
     mem_factor: float = 1.0
     kernels: int = 1
     overlapped: bool = True  # loads and math run at once (the slower sets the time); False: one after the other
+    extra_us: float = 0.0  # a fixed cost per call beyond the kernels' floors (an FP8 cache's decode attention)
 
 
 # Scalars stay Python floats (a step prices dozens of scalar ops; numpy's per-call overhead would dominate).
@@ -285,6 +292,7 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             f.mma_eff_decode_attn,
             f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0,
             KERNELS[family],
+            extra_us=f.fp8_kv_floor_us if kv == "fp8_e4m3" else 0.0,
         )
     if family == "decode_attention_gqa":
         hq, hk, d, b, c, kv = s["q_heads"], s["kv_heads"], s["head_dim"], s["batch"], s["context"], s["kv"]
@@ -298,6 +306,7 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             f.mma_eff_decode_attn,
             f.fp8_kv_dequant_factor if kv == "fp8_e4m3" else 1.0,
             KERNELS[family],
+            extra_us=f.fp8_kv_floor_us if kv == "fp8_e4m3" else 0.0,
         )
     if family == "prefill_attention":
         h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
@@ -361,9 +370,10 @@ def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, 
     w = work(family, s, f)
     mem = w.bytes / (hw.copy_gbs * w.mem_eff * 1e3) * w.mem_factor
     mma = w.padded_flops / (_rate_tflops(w.rate, hw, f) * w.mma_eff * 1e6)
+    floor = w.kernels * floor_us(family, f, hw) + w.extra_us
     if not w.overlapped:
-        return mem + mma, 0.0 * mma, w.kernels * floor_us(family, f, hw)
-    return mem, mma, w.kernels * floor_us(family, f, hw)
+        return mem + mma, 0.0 * mma, floor
+    return mem, mma, floor
 
 
 def op_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> Any:

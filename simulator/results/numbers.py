@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 DIGITS = 4
+TINY = 1e-9  # below it a figure is a fit's or a sum's rounding of zero (a term fitted to its bound: 2e-22), said 0
 
 
 def figure(v: float) -> str:
@@ -12,7 +13,9 @@ def figure(v: float) -> str:
     non-finite value as Python spells it."""
     if not math.isfinite(v):
         return str(v)
-    if v == 0 or abs(v) >= 10 ** (DIGITS - 1):
+    if abs(v) < TINY:
+        return "0"
+    if abs(v) >= 10 ** (DIGITS - 1):
         return f"{v:,.0f}"
     decimals = DIGITS - 1 - math.floor(math.log10(abs(v)))
     text = f"{v:.{decimals}f}"

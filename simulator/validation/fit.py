@@ -76,6 +76,13 @@ class FitFile(Strict):
     parameters: list[Parameter] = Field([], max_length=MAX_PARAMETERS)
 
 
+def keys(params: Sequence[Parameter]) -> list[str]:
+    """Each parameter's name in a fit's values: its path, or where engines fit the same path each its own value
+    (a term of each engine's), the path and its engines (`path@engine+engine`)."""
+    seen = [p.path for p in params]
+    return [p.path if seen.count(p.path) == 1 else f"{p.path}@{'+'.join(p.engines)}" for p in params]
+
+
 def evaluations(parameters: int) -> int:
     """How many times `fit` evaluates a case at most: the start, each iteration's Jacobian and backtracked steps,
     the last Jacobian and the final prediction."""
@@ -149,20 +156,25 @@ def fit(
     params: Sequence[Parameter],
     prior: float = 0.0,
     groups: Sequence[int] | None = None,
+    robust: float | None = None,
 ) -> Fitted:
     """Fit `params` to the targets (linearised Gauss-Newton, bounded); leave-one-out on the last linearisation.
 
     `prior` > 0 regularises toward the start values: each parameter adds the residual
     prior · (value − start) / (high − low), so a parameter moves only as far as the targets' log errors pay for
     (a whole range costs as much as one target `prior` off in log). `groups`: targets with the same number are
-    left out together (one benchmark run's figures); default: each alone."""
+    left out together (one benchmark run's figures); default: each alone. `robust`: the log error past which a
+    target's pull grows linearly, not quadratically (a soft-L1 loss of that scale): a corpus's few cases the model
+    misses for reasons no parameter holds (a run's unstated cache format) then do not set the parameters the
+    others share; None: plain least squares."""
     if not params:
         predicted = [t.predict({}) for t in targets]
         return Fitted({}, predicted, predicted)
     published = np.array([t.published for t in targets])
     start = np.array([p.start for p in params])
     unfitted = np.array([p.start if p.unfitted is None else p.unfitted for p in params])
-    box = _Box(np.array([p.low for p in params]), np.array([p.high for p in params]), start, prior, unfitted)
+    low, high = np.array([p.low for p in params]), np.array([p.high for p in params])
+    box = _Box(low, high, start, prior, unfitted, robust)
     memo = _Memo(targets, params)
     x = start.copy()
     figures = memo.figures(x)
@@ -192,7 +204,7 @@ def fit(
     for i in range(len(targets)):
         moved = _refit(at, group != group[i]) - x
         loo.append(float(published[i] * math.exp(r[i] + jac[i] @ moved)))
-    values = {p.path: float(v) for p, v in zip(params, x, strict=True)}
+    values = {k: float(v) for k, v in zip(keys(params), x, strict=True)}
     return Fitted(values, figures.tolist(), loo, at)
 
 
@@ -251,6 +263,7 @@ class _Box:
     start: np.ndarray
     prior: float
     unfitted: np.ndarray
+    robust: float | None = None  # the soft-L1 scale of the log errors (`fit`); None: squares
 
 
 def _overrides(engine: str, params: Sequence[Parameter], x: np.ndarray) -> dict[str, Any]:
@@ -279,9 +292,13 @@ class _Memo:
 
 
 def _cost(r: np.ndarray, x: np.ndarray, box: _Box) -> float:
-    """What the fit minimises: the squared log errors and the prior's pull toward the start."""
+    """What the fit minimises: the squared log errors (soft-L1 of scale `box.robust`, as `_solve`'s loss, in
+    squared-error units) and the prior's pull toward the start."""
     pull = box.prior * (x - box.start) / (box.high - box.low)
-    return float(r @ r + pull @ pull)
+    if box.robust is None:
+        return float(r @ r + pull @ pull)
+    rows = np.concatenate([r, pull]) / box.robust
+    return float(np.sum(2 * (np.sqrt(1 + rows * rows) - 1)) * box.robust**2)
 
 
 def _jacobian(memo: _Memo, x: np.ndarray, published: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -316,6 +333,8 @@ def _solve(r: np.ndarray, jac: np.ndarray, x: np.ndarray, box: _Box, rows: np.nd
         jac=lambda d: j[:, used],
         bounds=(box.low[used] - x[used], box.high[used] - x[used]),
         method="trf",
+        loss="linear" if box.robust is None else "soft_l1",
+        f_scale=1.0 if box.robust is None else box.robust,
         xtol=1e-15,
         ftol=1e-15,
         gtol=1e-15,

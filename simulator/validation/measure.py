@@ -52,8 +52,23 @@ def predict(case: Case, overrides: dict[str, Any]) -> float:
             f"{case.path}: metric: mean_itl_ms under speculation: a benchmark's chunks then carry several tokens, "
             "which the model does not stream; use mean_tpot_ms"
         )
-    done = [r for r in simulate(sc, ROOT)[1].requests if r.status == "completed"]
-    return served(done, metric)
+    return served(_completed(sc), metric)
+
+
+_RUNS: dict[str, list[RequestRecord]] = {}
+_RUNS_KEPT = 4  # runs remembered: a run's figures are several cases (its TPOT, its TTFT), listed side by side
+
+
+def _completed(sc: Scenario) -> list[RequestRecord]:
+    """The completed requests of the scenario's run, simulated once for every case that reads a figure of it (a
+    run is a pure function of its scenario, seed included)."""
+    key = sc.model_dump_json()
+    done = _RUNS.get(key)
+    if done is None:
+        if len(_RUNS) >= _RUNS_KEPT:
+            del _RUNS[next(iter(_RUNS))]
+        done = _RUNS[key] = [r for r in simulate(sc, ROOT)[1].requests if r.status == "completed"]
+    return done
 
 
 def sequences(case: Case) -> int:
@@ -85,11 +100,25 @@ _READ_ONLY_WHERE: dict[str, Callable[[Scenario, Pool], bool]] = {
 }
 
 
+# Engine terms some figures never read: a request's time outside the GPU steps only a simulated run
+# (engine.simulation), never a figure priced from one step; a graphed decode step's per-layer cost
+# (pricing.costmodel `layer_us`) no prefill step.
+_NOT_READ_BY: dict[str, tuple[type, ...]] = {
+    "request_latency_us": (DecodeBatch, PrefillBatch, Ratio),
+    "decode_layer_us": (PrefillBatch,),
+}
+
+
 def moved_by(case: Case, path: str) -> bool:
     """Whether a fitted parameter (a dotted scenario path) can move the case's figure at all: not where it sets a
     pool the case's scenarios (a ratio has two) do not have, nor an engine term on pools lacking the setting
-    under which a price reads it (`_READ_ONLY_WHERE`); every other path can."""
+    under which a price reads it (`_READ_ONLY_WHERE`), nor a term on a figure that never reads it
+    (`_NOT_READ_BY`); every other path can."""
     head, *rest = path.split(".")
+    how = case.spec.how
+    of = how.of if isinstance(how, Ratio) else None
+    if rest and (isinstance(how, _NOT_READ_BY.get(rest[-1], ())) or isinstance(of, _NOT_READ_BY.get(rest[-1], ()))):
+        return False
     scenarios = [case.scenario]
     if isinstance(case.spec.how, Ratio):
         scenarios.append(case.scenario_with(case.spec.how.over))
