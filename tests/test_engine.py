@@ -291,7 +291,15 @@ def test_queueing_matches_md1_closed_form() -> None:
     base = {
         "deployment": {
             "mode": "colocated",
-            "decode": {"instances": 1, "tp": 4, "weights": "fp8", "kv_cache": "fp8_e4m3", "max_running": 1},
+            # the server alone: no request path outside it (the engine's request_latency_us is not queueing)
+            "decode": {
+                "instances": 1,
+                "tp": 4,
+                "weights": "fp8",
+                "kv_cache": "fp8_e4m3",
+                "max_running": 1,
+                "request_latency_us": 0,
+            },
         },
         "prefix_cache": {"enabled": False},
         "integrity": {"enabled": False},

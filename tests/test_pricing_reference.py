@@ -49,9 +49,14 @@ def models(path: Path, measured: bool) -> list[CostModel]:
 
 
 def reference_decode_s(cost: CostModel, batch: int, context: int) -> float:
-    """A decode-only step priced op by op, under the decode step's CUDA graph floor."""
+    """A decode-only step priced op by op, under the decode step's CUDA graph floor, and the engine's cost per
+    layer the graphed step runs (`decode_layer_us`: the model's layers and each draft step's)."""
     pages = batch * -(-context // cost.pool.page_size) if cost.integrity else 0
-    return reference.price(cost.decode_ops(batch, context, pages), cost.profile, cost.decode_hw).us * 1e-6
+    ops_us = reference.price(cost.decode_ops(batch, context, pages), cost.profile, cost.decode_hw).us
+    spec, layers = cost.pool.speculative, cost.model.layers
+    if spec is not None:
+        layers += spec.draft_tokens * (cost.model.mtp_layers if spec.method == "mtp" else spec.draft_model.layers)
+    return (ops_us + cost.pool.decode_layer_us * layers) * 1e-6
 
 
 def fast_decode_s(cost: CostModel, batch: int, context: int) -> float:

@@ -104,6 +104,14 @@ def test_a_plan_is_reversed_where_its_winner_misses_or_falls_behind() -> None:
     )
 
 
+def test_without_intervals_only_a_change_beyond_the_unknown_noise_is_clear() -> None:
+    a, b = {"metrics": {"output_tokens_per_s": 1000.0}}, {"metrics": {"output_tokens_per_s": 1050.0}}
+    far = {"metrics": {"output_tokens_per_s": 400.0}}
+    (d,) = [d for d in deltas(a, b) if d.label == "output throughput"]
+    (e,) = [d for d in deltas(a, far) if d.label == "output throughput"]
+    assert not d.clear and e.clear  # +5% inside UNKNOWN_NOISE (10%), -60% beyond it
+
+
 def test_a_sweeps_change_inside_the_runs_noise_reverses_nothing() -> None:
     a, b = _result(1000.0, 500.0, 20.0), _result(1000.2, 500.0, 19.996)  # +0.02%, intervals of ±2%
     other_a, other_b = _result(1000.0, 500.0, 20.0), _result(990.0, 500.0, 20.2)  # -1%: the other way, as small

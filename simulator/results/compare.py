@@ -4,7 +4,9 @@ same two runs are priced another way (another kernel profile of the GPU, another
 The app's Compare view prints the table and the reversal notice; `sweep` and `plan` print the reversal in one line
 (`planning.pricings`): the same figures, the same rule. A change counts towards a reversal only where it is beyond
 the runs' noise: the two figures' 95% intervals (`metrics.ci95`, `results.steady`) do not meet. Where a Result
-carries no interval for a figure (no steady state), its noise is unknown and no reversal is claimed on it.
+carries no interval for a figure (no steady state), its noise is unknown: the change must then exceed
+`UNKNOWN_NOISE` (a share: that many points), twice the ±5% the stopping rule asks of a p95 (`planning.stopping`),
+so a 3x reversal between two kernel profiles is still said and a few percent is not.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ ROWS: list[tuple[str, str, str, bool]] = [
     ("GPUs", "metrics.gpus", "GPUs", False),
 ]
 HEADLINE = ("output throughput", "TTFT p95", "TPOT p95", "SLO attainment", "cost")
+UNKNOWN_NOISE = 0.10
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class Delta:
     change: float | None  # b - a (for a share: in points, not relative)
     ratio: float | None  # b / a - 1; None for a share, whose relative change misleads (+632% of a 11% share)
     better: bool | None  # whether b is better than a; None when equal or not comparable
-    clear: bool = False  # the change is beyond the runs' noise: a's and b's 95% intervals do not meet
+    clear: bool = False  # the change is beyond the runs' noise: their 95% intervals do not meet (or UNKNOWN_NOISE)
 
 
 def deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
@@ -57,7 +60,13 @@ def deltas(a: dict[str, Any], b: dict[str, Any]) -> list[Delta]:
             change = y - x
             ratio = (y / x - 1) if x and unit != "%" else None
             better = None if y == x else (y > x) == higher
-        out.append(Delta(label, unit, x, y, change, ratio, better, apart(interval(a, path), interval(b, path))))
+        ia, ib = interval(a, path), interval(b, path)
+        if ia is not None and ib is not None:
+            clear = apart(ia, ib)
+        else:  # no interval: beyond UNKNOWN_NOISE (relative; a share's change in points)
+            size = ratio if ratio is not None else change
+            clear = size is not None and abs(size) > UNKNOWN_NOISE
+        out.append(Delta(label, unit, x, y, change, ratio, better, clear))
     return out
 
 
