@@ -102,11 +102,8 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         table.wait_for()
         row = table.locator("tr").filter(has_text="output throughput").inner_text()
         assert num(bf16["output_tokens_per_s"], "tok/s") in row and num(fp8["output_tokens_per_s"], "tok/s") in row
-        # Another bundled pricing reverses a comparison on screen: the page says which, on what, with both.
-        notice = page.locator("[data-testid=stAlert]").filter(has_text="The pricing decides this comparison").first
-        notice.wait_for(timeout=120_000)
-        text = notice.inner_text()
-        assert "Priced by h200-" in text and "the other way round on" in text and "Both:" in text
+        # (The reversal notice under another pricing is claimed only beyond the runs' 95% intervals: this study's
+        # 256-request runs are too short for one at the refitted presets; tests/test_pricings.py holds the rule.)
         page.locator(".st-key-curves button").click()
         page.get_by_text("curve points (CSV)").wait_for(timeout=180_000)
         snapshot(page, img / "app-compare.png")
