@@ -28,7 +28,7 @@ from typing import Any
 
 from kernels.executor.clock import Families
 from kernels.executor.device import prepare
-from kernels.executor.overhead import GLUE, Probes
+from kernels.executor.overhead import Probes
 from kernels.executor.replay import device_name, replay
 from kernels.measure import time_op
 from kernels.profiler import flat, unmeasurable
@@ -223,20 +223,23 @@ def compare(
             "shapes": len(timer_here.shapes),
             "seconds": round(timer_here.seconds, 1),
             "noise": noise,
-            "step_overhead": {**overhead.as_doc(), **_overhead_on(overhead, f, priced)},
+            "step_overhead": {**overhead.as_doc(), **_overhead_on(overhead, f, priced, sc.integrity.enabled)},
         }
     return out
 
 
-def _overhead_on(overhead: StepOverhead, f: Families, priced: dict[str, float]) -> dict[str, float | None]:
-    """The term on the replay's sampled steps (ms a step) beside what it stands for there: the time no op took
-    (`unattributed`) and the GLUE families' measured time beyond their price."""
+def _overhead_on(
+    overhead: StepOverhead, f: Families, priced: dict[str, float], checked: bool
+) -> dict[str, float | None]:
+    """The term on the replay's sampled steps (ms a step) beside what it stands for there: all the time the steps
+    took beyond the op list's price (the time no op took, and every family's time beyond its price)."""
     n = max(1, f.steps)
-    term = sum(
-        overhead.seconds(batch, len(chunks), batch + sum(c for c, _ in chunks), ctx)
+    glue = sum(
+        overhead.seconds(batch, len(chunks), batch + sum(c for c, _ in chunks), ctx, checked)
         for _, batch, ctx, _, chunks in f.sampled
     )
-    beyond = f.measured.get("unattributed", 0.0) + sum(f.measured.get(g, 0.0) - priced.get(g, 0.0) for g in GLUE)
+    term = glue + overhead.in_step(sum(priced.values()))
+    beyond = sum(f.measured.values()) - sum(priced.values())
     return {
         "priced_ms": round(term * 1e3 / n, 4),
         "measured_ms": round(beyond * 1e3 / n, 4),
