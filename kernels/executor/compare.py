@@ -11,9 +11,11 @@ samples, how far a re-timed fifth of the shapes moved by the end, and the spread
 and what the load cost the replay's steps beyond it (the preemptions during them, `_preemption`).
 
 The executor also spends time no op of the op list prices — the glue between ops, the norms, ropes and routing it
-runs as several torch ops each, the KV write into the real cache, the integrity check's glue. Probe steps of its
-own, run one at a time between the replay's steps like the shapes (`overhead.Probes`), measure it, and the
-profile carries it as a term (`simulator.pricing.step_overhead`) that the simulation adds at its step timer.
+runs as several torch ops each, the KV write into the real cache, the integrity check's glue — and its kernels run
+slower inside a step than timed alone (operands evicted by the ops before; the preemptions a step of several ms
+catches under load, and the refill after each). Probe steps of its own, run one at a time between the replay's
+steps like the shapes (`overhead.Probes`), measure both, and the profile carries them as a term
+(`simulator.pricing.step_overhead`) that the simulation adds at its step timer.
 """
 
 from __future__ import annotations
