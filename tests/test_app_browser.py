@@ -64,8 +64,9 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
 
         metric(page, "KV tokens per instance", num(kv_tokens["pools"]["decode"]["kv_tokens"]))
         assert "676,567" in page.inner_text("body")  # the BF16-cache row of the side-by-side table
-        sidebar = page.locator("[data-testid=stSidebar]").inner_text()
-        assert all(k in sidebar for k in KNOBS), [k for k in KNOBS if k not in sidebar]
+        sidebar = page.locator("[data-testid=stSidebar]")
+        for knob in KNOBS:  # the sidebar renders its widgets one by one: each is awaited, none read mid-render
+            sidebar.get_by_text(knob, exact=False).first.wait_for()
         snapshot(page, img / "app-capacity.png")
 
         page.get_by_role("tab", name="What-if").click()
