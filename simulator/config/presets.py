@@ -13,6 +13,7 @@ ones), so a scenario names it the same from either. Every file, bundled or not, 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -73,12 +74,39 @@ def hardware(name: str) -> dict[str, Any]:
 
 
 def engine(name: str) -> dict[str, Any]:
-    """A preset by name, or an engine file by path (`is_file`)."""
+    """A preset by name, or an engine file by path (`is_file`). A preset of an engine's later releases
+    (`releases.of`) states only what changed: the rest, sources included, is the earlier preset's."""
     if not is_file(name):
-        return copy.deepcopy(_read("engines", name))
+        own = copy.deepcopy(_read("engines", name))
+        later = own.get("releases")
+        if not isinstance(later, dict):
+            return own
+        base = copy.deepcopy(_read("engines", str(later.get("of"))))  # one level: the earlier preset names none
+        return {**base, **own, "sources": {**base.get("sources", {}), **own.get("sources", {})}}
     path = engine_path(name)
     stat = path.stat()
     return copy.deepcopy(_read_file(path, stat.st_mtime_ns, stat.st_size))
+
+
+RELEASE = re.compile(r"(\d+)\.(\d+)\.(\d+)")  # the first X.Y.Z a stated version holds: "v0.5.13.post1" is 0.5.13
+
+
+def for_release(name: str, version: str) -> str:
+    """The preset that prices engine `name` at the release `version` states: the preset of its later releases
+    whose `releases.since` is the latest at or before it, else `name` itself (also where the version states no
+    X.Y.Z release, e.g. a commit). Why: a published run names its release, and an engine's kernels change with it
+    (a validation case, or a held-out one, says `sglang-0.5` and `v0.5.12`)."""
+    found = RELEASE.search(version)
+    if found is None or is_file(name):
+        return name
+    release, best, since = tuple(int(x) for x in found.groups()), name, (0, 0, 0)
+    for other in names("engines"):
+        later = _read("engines", other).get("releases")
+        if isinstance(later, dict) and later.get("of") == name and (m := RELEASE.fullmatch(str(later.get("since")))):
+            first = tuple(int(x) for x in m.groups())
+            if since < first <= release:
+                best, since = other, first
+    return best
 
 
 def is_file(name: str) -> bool:

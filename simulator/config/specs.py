@@ -228,6 +228,14 @@ class Calibration(Strict):
     )
 
 
+class Releases(Strict):
+    """The later releases of an engine a preset describes: a benchmark of `of` at a release from `since` on runs
+    these kernels, not the ones `of` was fitted to (`presets.for_release`)."""
+
+    of: str = Field(description="The engine preset whose later releases these are; its terms are the defaults.")
+    since: str = Field(pattern=r"^\d+\.\d+\.\d+$", description="The first release, e.g. 0.5.10.")
+
+
 class EngineSpec(Strict):
     """What a serving engine does with the kernels, as pool defaults: a scenario's pools take every term they do
     not set themselves (`Scenario._engine_terms`), so one field names the engine and a pool still overrides.
@@ -285,6 +293,9 @@ class EngineSpec(Strict):
     calibration: Calibration | None = Field(
         None, description="Set by `phaseplan calibrate`: what the terms were fitted to; null: a preset as published."
     )
+    releases: Releases | None = Field(
+        None, description="Set on a preset of an engine's later releases: which engine, from which release."
+    )
 
     TERMS: ClassVar[tuple[str, ...]] = (
         "decode_graph_floor_us",
@@ -308,9 +319,10 @@ class EngineSpec(Strict):
     TIER_TERMS: ClassVar[frozenset[str]] = frozenset({"kv_tier_write", "kv_tier_layerwise"})
 
     @model_serializer(mode="wrap")
-    def _without_absent_calibration(self, handler: Any) -> dict[str, Any]:
-        """A published preset dumps as it did before calibration existed: Results stay bit-for-bit."""
+    def _without_absent_fields(self, handler: Any) -> dict[str, Any]:
+        """A published preset dumps as it did before calibration and releases existed: Results stay bit-for-bit."""
         out = handler(self)
-        if out.get("calibration", 0) is None:
-            del out["calibration"]
+        for absent in ("calibration", "releases"):
+            if out.get(absent, 0) is None:
+                del out[absent]
         return out

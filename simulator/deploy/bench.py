@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.config import presets
 from simulator.config.scenario import Length, Scenario, Traffic
 from simulator.deploy import flags
 from simulator.deploy.command import comment, default_var
@@ -192,9 +193,11 @@ def script(
         lines += ["    " + " ".join(_word(a) for a in argv) for argv in blocks[engine]]
         files = "results/sglang.jsonl" if engine == "sglang" else " ".join(f"results/vllm-{x.label}.json" for x in fit)
         lines.append(f'    files="{files}"')
-        # the fit starts from the scenario's own engine where it is this one's, else from this engine's preset
+        # the fit starts from the scenario's own engine where it is this one's, else from this engine's preset at
+        # the release the commands are written for
         same = sc.engine.name.split("-")[0] == engine
-        lines.append("    base=()" + (" ;;" if same else f"\n    base=(--engine {BASE_ENGINE[engine]}) ;;"))
+        base = presets.for_release(BASE_ENGINE[engine], (sglang if engine == "sglang" else vllm).version)
+        lines.append("    base=()" + (" ;;" if same else f"\n    base=(--engine {base}) ;;"))
     lines += [
         '  *) echo "usage: bench.sh sglang|vllm [BASE_URL]" >&2; exit 2 ;;',
         "esac",

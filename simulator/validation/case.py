@@ -22,7 +22,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, ValidationError, model_v
 
 from simulator import budget
 from simulator.capacity import pool_capacity
-from simulator.config import loader, paths, safe_yaml
+from simulator.config import loader, paths, presets, safe_yaml
 from simulator.config.bounds import BOUNDS
 from simulator.config.scenario import Scenario, Strict
 from simulator.errors import InputError
@@ -30,7 +30,7 @@ from simulator.validation import sources
 
 REPO = Path(__file__).resolve().parents[2]  # the repo: the bundled suite (validation/) and its scenarios
 
-Engine = Literal["sglang-0.5", "vllm-0.x"]
+Engine = Literal["sglang-0.5", "sglang-0.5.10", "vllm-0.x"]
 # Where a throughput is counted: per GPU, per node (8 GPUs on the presets), per DP rank, per instance, or over
 # every instance of the pool (a cluster's total).
 Per = Literal["gpu", "node", "rank", "instance", "pool"]
@@ -166,6 +166,7 @@ class Case:
     def __init__(self, path: Path, spec: CaseFile, data: dict[str, Any], lines: dict[tuple[str, ...], int]) -> None:
         self.path, self.spec, self.data, self.lines = path, spec, data, lines
         self.id = spec.id
+        self.engine = str(data["engine"])  # the preset that prices it: the case's engine at the release it states
         self.source_id = spec.source_id or sources.source_id(spec.source.url)
         self.scenario = self.scenario_with({})  # validated once at load, so a bad scenario is a load error
         self.requests = 0.0  # what one evaluation simulates (`check_work`)
@@ -212,7 +213,7 @@ def load(path: Path, root: Path) -> Case:
     named = scenario.get("engine", spec.engine) if isinstance(scenario, dict) else spec.engine
     if named != spec.engine:
         raise InputError(f"{path}: scenario: engine: '{named}' is not the case's engine '{spec.engine}'")
-    case = Case(path, spec, {**scenario, "engine": spec.engine}, sub)
+    case = Case(path, spec, {**scenario, "engine": presets.for_release(spec.engine, spec.engine_version)}, sub)
     case.requests = check_work(case, lines.get(("how",), 1))
     return case
 

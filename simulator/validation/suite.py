@@ -90,7 +90,7 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
     cases = load_cases(suite, ids)
     params = fit.load(suite / "fit.yaml")
     check_work(cases, params)
-    targets = [fit.Target(c.spec.engine, c.spec.published, _predictor(c), _moved_by(c)) for c in cases]
+    targets = [fit.Target(c.engine, c.spec.published, _predictor(c), _moved_by(c)) for c in cases]
     fitted = fit.fit(targets, params, robust=ROBUST)
     sources = list(dict.fromkeys(c.source_id for c in cases))
     loso = fit.left_out(targets, params, fitted, [sources.index(c.source_id) for c in cases])
@@ -104,7 +104,7 @@ def run(suite: Path = SUITE, ids: tuple[str, ...] = ()) -> dict[str, Any]:
         rows.append(
             {
                 "id": s.id,
-                "engine": s.engine,
+                "engine": c.engine,
                 "engine_version": s.engine_version,
                 "how": s.how.kind,
                 "metric": s.metric,
@@ -178,10 +178,9 @@ def chart(rows: list[dict[str, Any]]) -> bytes:
 
     fig = Figure(figsize=(7, 6.5))
     ax = fig.add_subplot(1, 1, 1)
-    for engine, marker in (("sglang-0.5", "o"), ("vllm-0.x", "s")):
+    for engine, marker in zip(sorted({r["engine"] for r in rows}), "osD^v", strict=False):
         pts = [r for r in rows if r["engine"] == engine]
-        if pts:
-            ax.scatter([r["published"] for r in pts], [r["predicted"] for r in pts], marker=marker, label=engine)
+        ax.scatter([r["published"] for r in pts], [r["predicted"] for r in pts], marker=marker, label=engine)
     lo = min(min(r["published"], r["predicted"]) for r in rows) / 2
     hi = max(max(r["published"], r["predicted"]) for r in rows) * 2
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8)
