@@ -254,7 +254,12 @@ def test_the_engine_is_a_knob_like_the_profile() -> None:
     assert base["engine"] == s.scenario.engine.name == "sglang-0.5"  # the study names none: the default
     options = knobs.select_options(s.scenario, s.raw, base, [c.value for c in pricing.choices(s)])
     assert options["engine"] == [*presets.names("engines"), *presets.fitted_files()]
-    assert options["engine"][:3] == ["sglang-0.5", "vllm-0.x", "engines/sglang-cookbook-dsr1-b200.yaml"]
+    assert options["engine"][:4] == [
+        "sglang-0.5",
+        "sglang-0.5.10",
+        "vllm-0.x",
+        "engines/sglang-cookbook-dsr1-b200.yaml",
+    ]
     over = knobs.overrides(base, {**base, "engine": "vllm-0.x"})
     assert over == {"engine": "vllm-0.x"}
     assert runs.scenario_for(s, over).engine.name == "vllm-0.x"

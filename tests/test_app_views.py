@@ -176,6 +176,7 @@ def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
     engine = at.selectbox(key=key(name, "engine"))
     assert engine.value == "sglang-0.5" and engine.options == [
         "sglang-0.5",
+        "sglang-0.5.10",
         "vllm-0.x",
         "engines/sglang-cookbook-dsr1-b200.yaml",
     ]
