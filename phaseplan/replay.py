@@ -129,9 +129,9 @@ def compare_command(
         console.print(
             f"the executor's work beyond its kernels, on {o['probes']} probe steps of its own: {o['base_us']:.0f} µs a "
             f"step, {o['decode_us']:.0f} more with decode rows, {o['per_chunk_us']:.0f} a prefill chunk, "
-            f"{o['per_token_us']:.1f} a row, {o['per_kv_token_us']:.3f} a cached token decode reads; on the sampled "
-            f"steps {_num(o['priced_ms'])} ms against "
-            f"{_num(o['measured_ms'])} ms of glue there"
+            f"{o['per_token_us']:.1f} a row, {o['per_kv_token_us']:.3f} a cached token decode reads, and its kernels "
+            f"{o['kernel_share']:+.1%} inside a step against timed alone; on the sampled steps {_num(o['priced_ms'])} "
+            f"ms against {_num(o['measured_ms'])} ms measured there beyond the op list's price"
         )
 
 

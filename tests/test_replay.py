@@ -273,7 +273,8 @@ def test_compare_on_the_cpu_times_the_scenarios_op_shapes_in_the_same_run(monkey
     term = here["step_overhead"]
     pools = tiny().deployment.pools().values()  # each probe on each pool whose limits admit it (16 > prefill's 8)
     assert term["probes"] == sum(b <= p.max_running for p in pools for b, _, _ in PROBES) == 2 * len(PROBES) - 2
-    assert doc["profile"]["step_overhead"]["tiny-mla-moe"] == {k: term[k] for k in (*TERMS, "probes")}
+    assert doc["profile"]["step_overhead"]["tiny-mla-moe"] == {k: term[k] for k in (*TERMS, "kernel_share", "probes")}
+    assert term["kernel_share"] >= 0.0  # the kernels' in-step slowdown, from the probes' own executions
     assert term["priced_ms"] >= 0 and isinstance(term["measured_ms"], float)  # on the sampled steps, beside glue
     assert set(here["noise"]["preemption"]) == {
         "per_step",

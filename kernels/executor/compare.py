@@ -11,9 +11,11 @@ samples, how far a re-timed fifth of the shapes moved by the end, and the spread
 and what the load cost the replay's steps beyond it (the preemptions during them, `_preemption`).
 
 The executor also spends time no op of the op list prices — the glue between ops, the norms, ropes and routing it
-runs as several torch ops each, the KV write into the real cache, the integrity check's glue. Probe steps of its
-own, run one at a time between the replay's steps like the shapes (`overhead.Probes`), measure it, and the
-profile carries it as a term (`simulator.pricing.step_overhead`) that the simulation adds at its step timer.
+runs as several torch ops each, the KV write into the real cache, the integrity check's glue — and its kernels run
+slower inside a step than timed alone (operands evicted by the ops before; the preemptions a step of several ms
+catches under load, and the refill after each). Probe steps of its own, run one at a time between the replay's
+steps like the shapes (`overhead.Probes`), measure both, and the profile carries them as a term
+(`simulator.pricing.step_overhead`) that the simulation adds at its step timer.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from kernels.executor.clock import Families
 from kernels.executor.device import prepare
-from kernels.executor.overhead import GLUE, Probes
+from kernels.executor.overhead import Probes
 from kernels.executor.replay import device_name, replay
 from kernels.measure import time_op
 from kernels.profiler import flat, unmeasurable
@@ -223,20 +225,23 @@ def compare(
             "shapes": len(timer_here.shapes),
             "seconds": round(timer_here.seconds, 1),
             "noise": noise,
-            "step_overhead": {**overhead.as_doc(), **_overhead_on(overhead, f, priced)},
+            "step_overhead": {**overhead.as_doc(), **_overhead_on(overhead, f, priced, sc.integrity.enabled)},
         }
     return out
 
 
-def _overhead_on(overhead: StepOverhead, f: Families, priced: dict[str, float]) -> dict[str, float | None]:
-    """The term on the replay's sampled steps (ms a step) beside what it stands for there: the time no op took
-    (`unattributed`) and the GLUE families' measured time beyond their price."""
+def _overhead_on(
+    overhead: StepOverhead, f: Families, priced: dict[str, float], checked: bool
+) -> dict[str, float | None]:
+    """The term on the replay's sampled steps (ms a step) beside what it stands for there: all the time the steps
+    took beyond the op list's price (the time no op took, and every family's time beyond its price)."""
     n = max(1, f.steps)
-    term = sum(
-        overhead.seconds(batch, len(chunks), batch + sum(c for c, _ in chunks), ctx)
+    glue = sum(
+        overhead.seconds(batch, len(chunks), batch + sum(c for c, _ in chunks), ctx, checked)
         for _, batch, ctx, _, chunks in f.sampled
     )
-    beyond = f.measured.get("unattributed", 0.0) + sum(f.measured.get(g, 0.0) - priced.get(g, 0.0) for g in GLUE)
+    term = glue + overhead.in_step(sum(priced.values()))
+    beyond = sum(f.measured.values()) - sum(priced.values())
     return {
         "priced_ms": round(term * 1e3 / n, 4),
         "measured_ms": round(beyond * 1e3 / n, 4),

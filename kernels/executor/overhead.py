@@ -1,24 +1,28 @@
 """The executor's work per step beyond the op list's kernels, measured on probe steps of its own
 (`simulator.pricing.step_overhead`): what a CPU profile must carry for the model to price the replay's steps.
 
-A probe is a step the executor runs beside a replay, never one of its steps — decode batches and prefill chunks
-at fixed sizes, with page tables of their own in the replay's KV cache — one execution at a time between the
-replay's executed steps (after the op shapes `compare` times there), so it runs under the same load and after
-the same cache traffic as a replayed step does; what the replay leaves runs after it. Each is timed op by op as
-the replay times its sampled steps (the stopwatch on). What it spends beyond its kernels is, in one execution,
-the time no op took (the Python and tensor glue between ops; it also holds the stopwatch's own calls outside
-each op, about a microsecond an op) plus the families the executor runs as composites of several torch ops where
-the op list counts one kernel (`GLUE`: norms, ropes, routing, activations; the KV write into the real cache)
-beyond the profile's price of the op list's shapes; the median over REPEATS executions. Every other family
-(GEMMs, attention) is left out whole: how those run inside a step against alone stays the model's error, for
-`compare` to show. Where the scenario checks page integrity, probe batches' tables are checked by the device
-tracker too, and what that takes beyond the check's priced kernel is the term's `check_us`.
+A probe is a step the executor runs beside a replay, never one of its steps — decode batches and prefill chunks at
+fixed sizes, with page tables of their own in the replay's KV cache, their pages scattered over it (a replay's
+sequences grow side by side, taking pages from a free stack in turn, and the profile times attention over permuted
+pages; a decode batch of 16 at 192 tokens read contiguous pages ~5% faster on the 2-core VM) — one execution at a
+time between the replay's executed steps (after the op shapes `compare` times there), so it runs under the same load
+and after the same cache traffic as a replayed step does; what the replay leaves runs after it. Each probe runs
+REPEATS times two ways. Timed op by op (the stopwatch on, as the replay's sampled steps), its kernels — every family
+but the composites `GLUE` — against the profile's price of the same shapes give the term's `kernel_share`: how much
+longer the kernels take inside a step than timed alone (operands evicted by the ops before; on a loaded machine, the
+preemptions a step's length catches and the cache refill after each), over all probes, each probe's median
+execution. Timed whole (the stopwatch off, as the replay's clock times a step), what it takes beyond its price with
+that share — the Python and tensor glue between ops, the norms, ropes, routing and activations the executor runs as
+several torch ops where the op list counts one kernel, the KV write into the real cache — is, as a median over the
+executions, one point of the rest of the term (`fit`); so the two parts together give back a probe's whole time as
+the replay's clock counts it. Where the scenario checks page integrity, probe batches' tables are checked by the
+device tracker too, and what that takes beyond the check's priced kernel is the term's `check_us`.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -27,6 +31,7 @@ from kernels.executor.integrity import DeviceTracker
 from kernels.executor.step import assemble
 from simulator.config.scenario import Scenario
 from simulator.pricing.costmodel import CostModel
+from simulator.pricing.ops import COLLECTIVES
 from simulator.pricing.profile import Profile
 from simulator.pricing.step_overhead import StepOverhead, fit
 from simulator.serving.cache import PagedCache
@@ -53,6 +58,7 @@ PROBES: tuple[tuple[int, int, tuple[int, ...]], ...] = (
 CHECK_PROBES = ((4, 48), (16, 48), (16, 192))  # (decode batch, tokens each holds) whose pages are checked
 
 Probe = tuple[str, int, int, tuple[int, ...]]  # pool, decode batch, context, chunks (none: a check probe)
+Kind = Literal["timed", "whole", "check"]  # stopwatch on (by family), off (as the replay's clock), a page check
 
 
 class Probes:
@@ -73,26 +79,34 @@ class Probes:
             if sc.integrity.enabled
             else []
         )
-        self.todo: list[tuple[bool, Probe]] = [
-            (c, p) for _ in range(REPEATS) for c, ps in ((False, probes), (True, checks)) for p in ps
+        self.todo: list[tuple[Kind, Probe]] = [
+            (kind, p)
+            for _ in range(REPEATS)
+            for kind, ps in (("timed", probes), ("whole", probes), ("check", checks))
+            for p in ps
         ]
         self.todo.reverse()  # popped from the end: every probe once, then again
-        self.forward: dict[Probe, list[tuple[float, float]]] = {}  # (between ops, GLUE families) seconds each time
+        self.timed: dict[Probe, list[dict[str, float]]] = {}  # seconds by op family, each execution (stopwatch on)
+        self.whole: dict[Probe, list[float]] = {}  # seconds of each execution as the replay's clock times a step
         self.checks: dict[Probe, list[float]] = {}
         self.caches: dict[str, PagedCache] = {}
+        self.order: dict[str, np.ndarray] = {}  # each pool's pages in the order probes take them
 
     def next(self, clock: Any) -> None:
         """One probe execution on the replay's rank models and caches (`clock`: its `ReplayClock`)."""
         if not self.todo:
             return
-        check, probe = self.todo.pop()
-        if check:
+        kind, probe = self.todo.pop()
+        if kind == "check":
             self.checks.setdefault(probe, []).append(self._check(clock, probe))
+        elif kind == "timed":
+            self.timed.setdefault(probe, []).append(self._forward(clock, probe, True)[1])
         else:
-            self.forward.setdefault(probe, []).append(self._forward(clock, probe))
+            self.whole.setdefault(probe, []).append(self._forward(clock, probe, False)[0])
 
     def finish(self, clock: Any, profile: Profile) -> StepOverhead:
-        """Run what the replay left, then the term, the GLUE families and the check priced by `profile`."""
+        """Run what the replay left, then the term: the kernels' in-step share, the glue beyond the whole price and
+        that share, and the check, priced by `profile`."""
         while self.todo:
             self.next(clock)
         pools = self.sc.deployment.pools()
@@ -101,35 +115,44 @@ class Probes:
             for n, p in pools.items()
             for i in (False, True)
         }
+        priced = {
+            (name, b, ctx, chunks): costs[name, False].breakdown(
+                b, b * (ctx + 1), b * _pages(ctx, pools[name].page_size), [(c, 0) for c in chunks]
+            )
+            for name, b, ctx, chunks in self.timed
+        }
+        share = kernel_share([(runs, priced[p]) for p, runs in self.timed.items()])
         points = []
-        for (name, b, ctx, chunks), runs in self.forward.items():
-            per = _pages(ctx, pools[name].page_size)
-            priced = costs[name, False].breakdown(b, b * (ctx + 1), b * per, [(c, 0) for c in chunks])
-            glue = sum(priced.get(f, 0.0) for f in GLUE)
-            beyond = statistics.median(between + timed - glue for between, timed in runs)
+        for (name, b, ctx, chunks), runs in self.whole.items():
+            price = sum(s for f, s in priced[name, b, ctx, chunks].items() if f not in COLLECTIVES)
+            beyond = statistics.median(runs) - (1.0 + share) * price
             points.append((b, len(chunks), b + sum(chunks), b * (ctx + 1.0), beyond * 1e6))
         checks = [
             s - costs[name, True].breakdown(b, b * (ctx + 1), b * _pages(ctx, pools[name].page_size))["integrity_check"]
             for (name, b, ctx, _), runs in self.checks.items()
             for s in runs
         ]
-        return fit(points, statistics.median(checks) * 1e6 if checks else 0.0)
+        return fit(points, statistics.median(checks) * 1e6 if checks else 0.0, share)
 
-    def _forward(self, clock: Any, probe: Probe) -> tuple[float, float]:
+    def _forward(self, clock: Any, probe: Probe, timed: bool) -> tuple[float, dict[str, float]]:
+        """One execution's seconds and, stopwatch on (`timed`), its seconds by op family."""
         name, b, ctx, chunks = probe
         runner, kv = clock.runners[name], clock.kv[name, 0]
         ps = kv.page_size
         per = _pages(ctx, ps)
-        decode = [(i, ctx, np.arange(i * per, (i + 1) * per)) for i in range(b)]
+        order = self.order.get(name)
+        if order is None:  # pages scattered over the cache, as the allocator leaves a replay's after some churn
+            order = self.order[name] = np.random.default_rng(self.sc.seed).permutation(kv.logical)
+        decode = [(i, ctx, order[i * per : (i + 1) * per]) for i in range(b)]
         at, prefill = b * per, []
         for j, c in enumerate(chunks):
-            prefill.append((b + j, 0, np.arange(at, at + _pages(c - 1, ps)), c))
+            prefill.append((b + j, 0, order[at : at + _pages(c - 1, ps)], c))
             at += _pages(c - 1, ps)
         inp = assemble(decode, prefill, kv)
         sw = Stopwatch(runner.dev)
-        sw.on = True
+        sw.on = timed
         whole = sw.timed(lambda: runner.forward(inp.tokens, inp.batch, kv, inp.last_rows, sw))
-        return whole - sum(sw.seconds.values()), sum(sw.seconds.get(f, 0.0) for f in GLUE)
+        return whole, dict(sw.seconds)
 
     def _check(self, clock: Any, probe: Probe) -> float:
         name, b, ctx, _ = probe
@@ -145,6 +168,21 @@ class Probes:
         for t in tables:
             cache.release(t)
         return tracker.take_seconds()
+
+
+def kernel_share(probes: list[tuple[list[dict[str, float]], dict[str, float]]]) -> float:
+    """How much longer the kernels (every family but GLUE and the collectives) took inside the probe steps than
+    the profile prices them: each probe's median execution, summed over probes, against their summed price; 0 with
+    nothing priced. `probes`: each probe's executions (seconds by op family, each) and its price by family."""
+    took = price = 0.0
+    for runs, priced in probes:
+        took += statistics.median(sum(s for f, s in fams.items() if _kernel(f)) for fams in runs)
+        price += sum(s for f, s in priced.items() if _kernel(f))
+    return took / price - 1.0 if price > 0 else 0.0
+
+
+def _kernel(family: str) -> bool:
+    return family not in GLUE and family not in COLLECTIVES
 
 
 def _pages(context: int, page_size: int) -> int:

@@ -94,9 +94,9 @@ class CostTimer:
     """The cost model as the step timer: one rank's steps by its pool's `CostModel`, a DP instance's lock-step
     steps by `DPSteps` (the slowest rank plus the routed experts every rank shares), each step at least the
     engine's CPU work (`HostTime`). Where the profile measured its executor's work beyond the kernels
-    (`pricing.step_overhead`, the CPU replay's), a one-rank step adds it on the device's own clock: a speculative
-    step as its verify pass over (k+1)·batch rows (its draft passes' glue is not measured); DP instances, which
-    the replay does not run, go without it."""
+    (`pricing.step_overhead`, the CPU replay's: its glue, and its kernels' in-step slowdown), a one-rank step adds
+    it on the device's own clock: a speculative step as its verify pass over (k+1)·batch rows (its draft passes'
+    glue is not measured); DP instances, which the replay does not run, go without it."""
 
     def __init__(self) -> None:
         self._dp: dict[str, DPSteps] = {}
@@ -127,7 +127,8 @@ class CostTimer:
             ctx = sum(s.computed + 1 for s in d)
             t = cost.step_s(len(d), ctx, sum(s.table.n for s in d), chunks)
             if executor is not None:
-                t += executor.seconds(len(d), len(chunks), len(d) + sum(c for c, _ in chunks), ctx, cost.integrity)
+                rows = len(d) + sum(c for c, _ in chunks)
+                t += executor.in_step(t) + executor.seconds(len(d), len(chunks), rows, ctx, cost.integrity)
             if cost.tiers is not None:
                 t = with_loads(cost.tiers, t, [plan])
             return [clock + host.step(t)], None
@@ -139,18 +140,19 @@ class CostTimer:
                 return host.ends(clock, priced.us), priced
             spec = inst.pool.speculative
             rows = b * (spec.draft_tokens + 1) if spec is not None else b
-            return host.ends(clock, priced.us + _beyond_us(executor, rows, plan.ctx[:n], cost.integrity)), priced
+            return host.ends(clock, _with_us(executor, priced.us, rows, plan.ctx[:n], cost.integrity)), priced
         priced, ends = cost.decode_run(b, plan.ctx0, plan.pages0, growth, clock)
         if executor is not None:  # step i reads ctx0 + b·(i+1) tokens, as the cost model prices it
             ctx = plan.ctx0 + b * np.arange(1, n + 1, dtype=np.float64)
-            return host.ends(clock, priced.us + _beyond_us(executor, b, ctx, cost.integrity)), priced
+            return host.ends(clock, _with_us(executor, priced.us, b, ctx, cost.integrity)), priced
         return host.ends(clock, priced.us, ends), priced
 
 
-def _beyond_us(executor: StepOverhead, rows: int, ctx: np.ndarray, checked: bool) -> np.ndarray:
-    """µs of the executor's work beyond its kernels in decode steps of `rows` rows, step i reading `ctx[i]` cached
-    tokens in all."""
-    return (executor.seconds(rows, 0, rows, 0.0, checked) + executor.per_kv_token_us * 1e-6 * ctx) * 1e6
+def _with_us(executor: StepOverhead, kernels_us: np.ndarray, rows: int, ctx: np.ndarray, checked: bool) -> np.ndarray:
+    """µs of decode steps of `rows` rows priced `kernels_us` by the op list, step i reading `ctx[i]` cached tokens in
+    all, with the executor's work beyond its kernels: their in-step slowdown and the glue."""
+    glue = executor.seconds(rows, 0, rows, 0.0, checked) + executor.per_kv_token_us * 1e-6 * ctx
+    return kernels_us + executor.in_step(kernels_us) + glue * 1e6
 
 
 def with_loads(tiers: TierPricing, compute_s: float, plans: list[Plan]) -> float:

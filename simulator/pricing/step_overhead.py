@@ -14,6 +14,14 @@ read (the glue runs slower after decode attention has streamed that cache throug
 2-core VM a batch of 16 at 200 tokens spent ~0.3 ms more on it than at 48). Apart from the forward pass, a
 decode step whose pages are checked pays the check's glue beyond its priced kernel (the batch's tables and the
 page tags turned into tensors, the violations read back): `check_us`.
+
+The kernels themselves also run slower inside a step than the profile's shapes timed alone (medians of a few
+short runs): inside a step the ops before evict each op's operands from the caches, and a step several ms long is
+preempted on a loaded machine (1–4 times a step at loads 3–13 on the 2-core VM) and pays the cache refill on each
+return, which thread CPU time counts and a 100-µs op's median escapes. Both grow with the kernels' own time (the
+data they stream, the time that can be preempted), so the term carries them as `kernel_share`: the share by which
+the op list's kernels (every family but the glue's) took longer inside the probe steps than the profile prices
+them, measured in the same run under the same load. The step is priced `kernels · (1 + kernel_share) + glue`.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ TERMS = ("base_us", "decode_us", "per_chunk_us", "per_token_us", "per_kv_token_u
 class StepOverhead:
     """µs a forward pass spends beyond its priced kernels: base_us + decode_us·[decode rows] +
     per_chunk_us·chunks + per_token_us·rows + per_kv_token_us·(tokens the decode rows attend to); check_us more
-    for a decode step's integrity check where it runs. `probes`: how many probe steps it was measured on."""
+    for a decode step's integrity check where it runs; and `kernel_share` of the step's priced kernels more (their
+    in-step slowdown, `in_step`). `probes`: how many probe steps it was measured on."""
 
     base_us: float
     decode_us: float
@@ -39,12 +48,15 @@ class StepOverhead:
     per_kv_token_us: float
     check_us: float = 0.0
     probes: int = 0
+    kernel_share: float = 0.0
 
     def __post_init__(self) -> None:
         for name in TERMS:
             v = getattr(self, name)
             if not (math.isfinite(v) and 0.0 <= v <= 1e6):
                 raise ValueError(f"step overhead {name} must be in [0, 1e6] µs, got {v!r}")
+        if not (math.isfinite(self.kernel_share) and 0.0 <= self.kernel_share <= 10.0):
+            raise ValueError(f"step overhead kernel_share must be in [0, 10], got {self.kernel_share!r}")
 
     def seconds(self, decode: int, chunks: int, tokens: int, kv_tokens: float, checked: bool = False) -> float:
         """Seconds of one step of `decode` decode rows and `chunks` prefill chunks, `tokens` rows in all, its
@@ -52,15 +64,26 @@ class StepOverhead:
         us = self.base_us + self.per_chunk_us * chunks + self.per_token_us * tokens + self.per_kv_token_us * kv_tokens
         return (us + (self.decode_us if decode else 0.0) + (self.check_us if decode and checked else 0.0)) * 1e-6
 
+    def in_step(self, kernels_s: float | np.ndarray) -> float | np.ndarray:
+        """Seconds the step's kernels, priced `kernels_s` alone, take beyond that inside the step."""
+        return kernels_s * self.kernel_share
+
     def as_doc(self) -> dict[str, float | int]:
-        return {**{k: round(getattr(self, k), 3) for k in TERMS}, "probes": self.probes}
+        return {
+            **{k: round(getattr(self, k), 3) for k in TERMS},
+            "kernel_share": round(self.kernel_share, 4),
+            "probes": self.probes,
+        }
 
 
-def fit(points: list[tuple[int, int, int, float, float]], check_us: float = 0.0) -> StepOverhead:
+def fit(
+    points: list[tuple[int, int, int, float, float]], check_us: float = 0.0, kernel_share: float = 0.0
+) -> StepOverhead:
     """The term from probe steps (decode rows, chunks, rows, decode rows' cached tokens, measured µs beyond the
     priced kernels): least squares over the five parts. A part the probes never vary is left to the base; one
     that comes out negative is dropped and the rest refitted (glue cannot give time back); with no part left
-    the term is zero. `check_us`: the check's glue, measured apart (below zero taken as zero)."""
+    the term is zero. `check_us`: the check's glue, measured apart (below zero taken as zero); `kernel_share`: the
+    kernels' in-step slowdown, measured apart (below zero taken as zero)."""
     x = np.array([(1.0, 1.0 if d else 0.0, c, t, kv) for d, c, t, kv, _ in points], dtype=float).reshape(-1, 5)
     y = np.array([us for *_, us in points], dtype=float)
     keep = [0] + [j for j in range(1, 5) if len(set(x[:, j])) > 1]
@@ -74,4 +97,9 @@ def fit(points: list[tuple[int, int, int, float, float]], check_us: float = 0.0)
             coef[keep] = sol
             break
         keep.remove(keep[int(np.argmin(sol))])
-    return StepOverhead(*(float(v) for v in coef), check_us=max(0.0, check_us), probes=len(points))
+    return StepOverhead(
+        *(float(v) for v in coef),
+        check_us=max(0.0, check_us),
+        probes=len(points),
+        kernel_share=max(0.0, kernel_share),
+    )
