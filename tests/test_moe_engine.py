@@ -85,8 +85,59 @@ def test_h200_preset_holds_the_fused_moe_fit_of_the_committed_profile() -> None:
     result = fit.fit(doc, H200)
     assert H200.roofline is not None
     # (the INT4 group's factors read the GEMM group's fit: checked by `phaseplan profile fit` as a whole)
-    for name in ("mem_eff_moe", "mma_eff_moe", "floor_moe_us"):
+    for name in ("mem_eff_moe", "mma_eff_moe", "floor_moe_us", "mem_eff_moe_fp8", "mma_eff_moe_fp8"):
         assert H200.roofline.factors[name] == result.factors[name], name
+
+
+def test_the_fused_moe_tensor_core_share_grows_with_the_rows_each_expert_has() -> None:
+    """At a handful of rows per expert the BF16 and block-FP8 Triton kernels reach a small share of the rate (the
+    law fitted across GPUs); Marlin's INT4 path keeps its own form, which the law does not touch."""
+    f = roofline.factors(H200)
+
+    def mma_per_flop(weights: str, tokens: int) -> float:
+        s = dict(tokens=tokens, experts=8, n=4096, k=7168, weights=weights, group=128)
+        _, mma, _ = roofline.terms_us("moe_gemm", s, H200)
+        return mma / roofline.work("moe_gemm", s, f).padded_flops
+
+    for w in ("bf16", "fp8"):
+        assert mma_per_flop(w, 16) > 3 * mma_per_flop(w, 16384)
+    flat = H200.model_copy(
+        update={"roofline": H200.roofline.model_copy(update={"factors": {**H200.roofline.factors, "moe_rows_exp": 0}})}
+    )
+    s = dict(tokens=16, experts=8, n=4096, k=7168, weights="int4", group=128)
+    assert roofline.op_us("moe_gemm", s, H200) == roofline.op_us("moe_gemm", s, flat)
+    fp8 = {**s, "weights": "fp8"}
+    assert roofline.terms_us("moe_gemm", fp8, H200)[1] > roofline.terms_us("moe_gemm", fp8, flat)[1]
+
+
+def test_an_engines_fp8_rate_factor_scales_the_large_m_part_of_the_fused_moe_not_the_tiles_fixed_work() -> None:
+    """vLLM's block-FP8 factor is a tensor-core rate: at thousands of rows per expert it scales the whole tensor-core
+    time; at one tile of rows most of that time is each tile's fixed work, which a faster or slower rate leaves."""
+    slow = H200.model_copy(
+        update={
+            "roofline": H200.roofline.model_copy(
+                update={"factors": {**H200.roofline.factors, "fp8_gemm_mma_factor": 2}}
+            )
+        }
+    )
+
+    def ratio(tokens: int) -> float:
+        s = dict(tokens=tokens, experts=8, n=4096, k=7168, weights="fp8", group=128)
+        return roofline.terms_us("moe_gemm", s, slow)[1] / roofline.terms_us("moe_gemm", s, H200)[1]
+
+    assert 1.0 < ratio(16) < 1.3 < 1.8 < ratio(8 * 100_000) < 2.0
+
+
+def test_the_rows_law_is_the_joint_fit_of_the_committed_h200_and_b200_tables() -> None:
+    """One law for both GPUs, each with its own shares, fits their fused-MoE rows better than a flat share."""
+    profiles = []
+    for name in ("h200", "b200"):
+        doc = json.loads((ROOT / "profiles" / f"{name}-sglang.json").read_text())
+        doc["kernels"] = {"fused_moe": doc["kernels"]["fused_moe"]}
+        profiles.append((doc, HardwareSpec(**presets.hardware(name))))
+    result = fit.fit_moe_rows(profiles)
+    assert result.law == {"moe_rows_half": roofline.MOE_ROWS_HALF, "moe_rows_exp": roofline.MOE_ROWS_EXP}
+    assert all(law < flat for law, flat in zip(result.rms_law, result.rms_flat, strict=True))
 
 
 def test_power_law_and_expert_imbalance_are_not_both_set() -> None:

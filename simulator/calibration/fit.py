@@ -257,3 +257,65 @@ def fit_file(path: str | Path, hw: HardwareSpec, allow_mismatch: bool = False) -
             "device's preset (--hardware), or pass --allow-profile-mismatch"
         )
     return fit(doc, hw)
+
+
+# The fused MoE's rows-per-expert law (`roofline.MOE_ROWS_HALF`, `MOE_ROWS_EXP`) is one for every GPU: it is fitted
+# to several profiles at once, each GPU with its own BF16 and block-FP8 shares and launch floor.
+MOE_GROUPS = tuple(g for g in GROUPS if g.name.startswith("fused MoE, BF16") or g.name.startswith("fused MoE, block"))
+MOE_SHARES = ("mem_eff_moe", "mma_eff_moe", "floor_moe_us", "mem_eff_moe_fp8", "mma_eff_moe_fp8")
+MOE_LAW = ("moe_rows_half", "moe_rows_exp")
+FLAT = {"moe_rows_exp": 0.0}  # the law off: one share at every row count
+
+
+@dataclass(frozen=True)
+class MoeRowsFit:
+    law: dict[str, float]  # moe_rows_half, moe_rows_exp: shared
+    shares: list[dict[str, float]]  # per profile, in the order given
+    rms_flat: list[float]  # per profile: its MoE rows' rms log error with the law off, its shares refitted
+    rms_law: list[float]  # likewise with the fitted law
+
+
+def fit_moe_rows(profiles: list[tuple[Mapping[str, Any], HardwareSpec]]) -> MoeRowsFit:
+    """Fit the rows-per-expert law jointly to the BF16 and block-FP8 fused-MoE rows of `profiles` (profile
+    document, hardware), and report each profile's residual with the law off and on (its shares refitted both times)."""
+    from scipy.optimize import least_squares
+
+    sets = []
+    for doc, hw in profiles:
+        base = hw.model_copy(update={"roofline": None})
+        sets.append((base, [b for g in MOE_GROUPS for b in _batches(doc, g)]))
+    starts = [_default(p, sets[0][0]) for p in MOE_SHARES]
+
+    def residuals(x: np.ndarray, law: Mapping[str, float]) -> np.ndarray:
+        shares = np.exp(x).reshape(len(sets), len(MOE_SHARES))
+        return np.concatenate(
+            [
+                _log_residuals(batches, _with(base, {**dict(zip(MOE_SHARES, row, strict=True)), **law}))
+                for row, (base, batches) in zip(shares, sets, strict=True)
+            ]
+        )
+
+    def solve(law_free: bool) -> tuple[np.ndarray, dict[str, float]]:
+        x0 = np.log(starts * len(sets) + ([256.0, 0.3] if law_free else []))
+        n = len(MOE_SHARES) * len(sets)
+
+        def fun(x: np.ndarray) -> np.ndarray:
+            law = dict(zip(MOE_LAW, np.exp(x[n:]), strict=True)) if law_free else FLAT
+            return residuals(x[:n], law)
+
+        sol = least_squares(fun, x0, bounds=(np.log(1e-3), np.log(1e4)), x_scale=1.0)
+        return sol.x[:n], {p: float(f"{v:.3g}") for p, v in zip(MOE_LAW, np.exp(sol.x[n:]), strict=False)}
+
+    def per_profile(x: np.ndarray, law: Mapping[str, float]) -> list[float]:
+        r = residuals(x, law)
+        sizes = [sum(us.size for _, _, us in batches) for _, batches in sets]
+        return [_rms(part) for part in np.split(r, np.cumsum(sizes)[:-1])]
+
+    x_flat, _ = solve(False)
+    x_law, law = solve(True)
+    k = len(MOE_SHARES)
+    shares = [
+        {p: float(f"{v:.4g}") for p, v in zip(MOE_SHARES, np.exp(x_law[i * k : (i + 1) * k]), strict=True)}
+        for i in range(len(sets))
+    ]
+    return MoeRowsFit(law, shares, per_profile(x_flat, FLAT), per_profile(x_law, law))

@@ -83,6 +83,15 @@ FP8_KV_DEQUANT_FACTOR = 1.25
 # put its FP8 rows 5-6 µs above the BF16 ones at every size too small to be bandwidth-bound (docs/calibration.md).
 # The roofline's default: none; an engine that pays it sets its own (a pool's `fp8_kv_fixed_us`).
 FP8_KV_FLOOR_US = 0.0
+# The Triton fused MoE's tensor-core share grows with the rows each touched expert has: at a few tiles of rows a
+# tile's pipeline fill, its gathered A rows and its scattered epilogue are most of its time; at thousands it
+# approaches the kernel's large-M share: mma_eff × (rows / (rows + MOE_ROWS_HALF)) ** MOE_ROWS_EXP, rows per touched
+# expert padded to one tile (MIN_TILE_M: below it the tile costs the same), on the BF16 and block-FP8
+# paths (not Marlin's INT4, whose math follows its unpadded rows already). One law for every GPU (the same Triton
+# kernel): fitted to AIConfigurator 0.12.0's measured H200 and B200 fused-MoE tables at once, each GPU with its own
+# shares and floor (`fit.fit_moe_rows`; docs/calibration.md), and checked on its H100 tables, held out.
+MOE_ROWS_HALF = 138.0
+MOE_ROWS_EXP = 0.54
 # Tensor-core tiles have at least 16 rows: decode attention's query heads per KV head (MLA: all heads of a
 # rank) and MoE's tokens per expert are padded up to it (KERNELS.md: "so the dot has M ≥ 16").
 MIN_TILE_M = 16
@@ -159,6 +168,9 @@ class Factors:
     # kernel with its own tuned configs, not the BF16 one); None: the BF16 kernel's (`mem_eff_moe`, `mma_eff_moe`).
     mem_eff_moe_fp8: float | None = None
     mma_eff_moe_fp8: float | None = None
+    # The fused MoE's tensor-core share by rows per touched expert (MOE_ROWS_HALF above); exponent 0: flat.
+    moe_rows_half: float = MOE_ROWS_HALF
+    moe_rows_exp: float = MOE_ROWS_EXP
     floor_decode_attn_us: float | None = None
     floor_prefill_attn_us: float | None = None
     # The all-gather's own latency and link share where a fit gave them (NCCL's all-gather is not the custom
@@ -273,12 +285,19 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
         if w == "int4":  # Marlin W4A16: unpadded rows on BF16 tensor cores, math after the loads (MMA_EFF_INT4_MOE)
             return Work(bytes_, flops, flops, "bf16", grouped_mem_eff, f.mma_eff_int4_moe, overlapped=False)
         rows = e * np.ceil(t / e / MIN_TILE_M) * MIN_TILE_M  # each touched expert's rows padded to a tile
-        mem_eff, mma_eff = f.mem_eff_moe, f.mma_eff_moe
+        mem_eff, mma_eff, rate_factor = f.mem_eff_moe, f.mma_eff_moe, 1.0
         if w == "fp8":
             mem_eff = mem_eff if f.mem_eff_moe_fp8 is None else f.mem_eff_moe_fp8
-            mma_eff = (mma_eff if f.mma_eff_moe_fp8 is None else f.mma_eff_moe_fp8) / f.fp8_gemm_mma_factor
+            mma_eff, rate_factor = (mma_eff if f.mma_eff_moe_fp8 is None else f.mma_eff_moe_fp8), f.fp8_gemm_mma_factor
         elif w in formats.GROUPED:
             mem_eff = grouped_mem_eff
+        if f.moe_rows_exp and w in ("bf16", "fp8"):
+            # the tensor-core time at the large-M share (which an engine's own kernels scale), plus what a few rows
+            # per expert add on top of it (each tile's fixed work, which no rate factor scales)
+            r = _pad(t / _maximum(e, 1))  # below one tile's rows the tile costs the same
+            mma_eff = mma_eff / (rate_factor - 1.0 + ((r + f.moe_rows_half) / r) ** f.moe_rows_exp)
+        else:
+            mma_eff = mma_eff / rate_factor
         return Work(bytes_, flops, 2.0 * rows * n * k, formats.tensor_core(w), mem_eff, mma_eff)
     if family == "decode_attention_mla":
         h, b, c, kv = s["heads"], s["batch"], s["context"], s["kv"]
