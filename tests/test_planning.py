@@ -24,9 +24,10 @@ from simulator.planning.trial import Trial, run_trial
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = ROOT / "scenarios" / "kimi-k2.6-kv-formats.yaml"
 SHORT = ("traffic.requests=64",)
-# At 1 req/s on the fitted H200 roofline (plain runs of this study): TTFT p95 3.5 s whatever the decode pool;
-# TPOT p95 28.5 ms with 1 decode instance, 17.1 ms with 2, so 2 is the fewest that hold 20 ms.
-LIMITS = "ttft_p95_ms=4000,tpot_p95_ms=20"
+# At 1 req/s on the fitted H200 roofline: one decode instance's steps at the batch the rate needs take 34.7 ms (the
+# plan's analytic bound); with 2 a plain run of this study gives TTFT p95 2.5 s and TPOT p95 17.9 ms, and the plan's
+# longer steady-state trial keeps its tail under 24 ms (not under 20), so 2 is the fewest that hold 24 ms.
+LIMITS = "ttft_p95_ms=4000,tpot_p95_ms=24"
 
 
 def _sets(trial: dict) -> tuple[str, ...]:
@@ -265,7 +266,7 @@ def test_pareto_frontier_csv_and_chart(tmp_path: Path) -> None:
 def test_cost_objective_on_a_colocated_study() -> None:
     path = ROOT / "scenarios" / "kimi-k2.6-decode.yaml"
     sc, raw = loader.load(path, ["traffic.requests=24"])
-    slo = SLO.parse("ttft_p95_ms=5000,tpot_p95_ms=30", sc)
+    slo = SLO.parse("ttft_p95_ms=5000,tpot_p95_ms=36", sc)
     with Backend("local", 1) as b:
         res = plan(
             raw,

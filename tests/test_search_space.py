@@ -66,7 +66,7 @@ def _plan(search: list[str], runners_up: int = 0) -> dict:
 
 
 def test_a_winner_at_the_top_of_a_range_widens_it() -> None:
-    """At 1 req/s two decode instances are the fewest that hold 20 ms (test_planning); searched 1..2, the winner
+    """At 1 req/s two decode instances are the fewest that hold 24 ms (test_planning); searched 1..2, the winner
     sits on the top edge, so the range doubles and the search runs again, reusing the trials it ran."""
     res = _plan(["deployment.decode.instances=1..2"])
     assert res["winner"]["overrides"]["deployment.decode.instances"] == 2

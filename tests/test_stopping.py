@@ -86,7 +86,7 @@ def test_contenders_are_those_whose_rank_the_intervals_leave_in_doubt() -> None:
 
 
 def test_a_clear_pass_runs_once_and_precise_goes_on_from_that_run() -> None:
-    base = ("traffic.concurrency=null", "traffic.rate=0.5", "traffic.requests=400")
+    base = ("traffic.concurrency=null", "traffic.rate=0.4", "traffic.requests=400")
     sc, _ = loader.load(KIMI_STUDY, base)
     slo = SLO.parse("ttft_p95_ms=60000,tpot_p95_ms=100", sc)
     once = run_trial(Trial(sc, KIMI_STUDY.parent, slo))
