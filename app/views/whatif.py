@@ -99,8 +99,10 @@ def show(study: Study, run: Run, stale: bool = False) -> None:
     r = run.result
     m = r["metrics"]
     st.info(provenance_line(r))
+    cap = st.empty()  # a slot whether or not the run was capped: the elements below keep their place, so an
+    # expander the user opened stays open when the next run (another engine, say) is capped and this one was not
     if run.capped:
-        st.warning(
+        cap.warning(
             f"Interactive cap: this run stopped at {run.sets['traffic.requests']:,} requests, before the "
             f"study's own end; `phaseplan run {run.study}` runs all of it."
         )
