@@ -96,17 +96,22 @@ def for_release(name: str, version: str) -> str:
     whose `releases.since` is the latest at or before it, else `name` itself (also where the version states no
     X.Y.Z release, e.g. a commit). Why: a published run names its release, and an engine's kernels change with it
     (a validation case, or a held-out one, says `sglang-0.5` and `v0.5.12`)."""
-    found = RELEASE.search(version)
-    if found is None or is_file(name):
+    release = _release(version)
+    if release is None or is_file(name):
         return name
-    release, best, since = tuple(int(x) for x in found.groups()), name, (0, 0, 0)
-    for other in names("engines"):
-        later = _read("engines", other).get("releases")
-        if isinstance(later, dict) and later.get("of") == name and (m := RELEASE.fullmatch(str(later.get("since")))):
-            first = tuple(int(x) for x in m.groups())
-            if since < first <= release:
-                best, since = other, first
-    return best
+    later = [(first, other) for other in names("engines") if (first := _since(other, name)) and first <= release]
+    return max(later)[1] if later else name
+
+
+def _since(preset: str, of: str) -> tuple[int, ...] | None:
+    """The first release `preset` describes where it is a preset of `of`'s later releases, else None."""
+    later = _read("engines", preset).get("releases")
+    return _release(str(later.get("since"))) if isinstance(later, dict) and later.get("of") == of else None
+
+
+def _release(text: str) -> tuple[int, ...] | None:
+    found = RELEASE.search(text)
+    return tuple(int(x) for x in found.groups()) if found else None
 
 
 def is_file(name: str) -> bool:

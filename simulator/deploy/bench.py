@@ -183,7 +183,7 @@ def script(
         "mkdir -p results engines",
         'case "$engine" in',
     ]
-    for engine in ("sglang", "vllm"):
+    for engine, release in (("sglang", sglang), ("vllm", vllm)):
         lines.append(f"  {engine})")
         lines.append(f'    BASE_URL="${{2:-{default_url[engine]}}}"')
         if engine == "vllm":
@@ -196,7 +196,7 @@ def script(
         # the fit starts from the scenario's own engine where it is this one's, else from this engine's preset at
         # the release the commands are written for
         same = sc.engine.name.split("-")[0] == engine
-        base = presets.for_release(BASE_ENGINE[engine], (sglang if engine == "sglang" else vllm).version)
+        base = presets.for_release(BASE_ENGINE[engine], release.version)
         lines.append("    base=()" + (" ;;" if same else f"\n    base=(--engine {base}) ;;"))
     lines += [
         '  *) echo "usage: bench.sh sglang|vllm [BASE_URL]" >&2; exit 2 ;;',

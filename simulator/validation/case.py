@@ -166,10 +166,14 @@ class Case:
     def __init__(self, path: Path, spec: CaseFile, data: dict[str, Any], lines: dict[tuple[str, ...], int]) -> None:
         self.path, self.spec, self.data, self.lines = path, spec, data, lines
         self.id = spec.id
-        self.engine = str(data["engine"])  # the preset that prices it: the case's engine at the release it states
         self.source_id = spec.source_id or sources.source_id(spec.source.url)
         self.scenario = self.scenario_with({})  # validated once at load, so a bad scenario is a load error
         self.requests = 0.0  # what one evaluation simulates (`check_work`)
+
+    @property
+    def engine(self) -> str:
+        """The preset that prices it: the case's engine at the release it states (`presets.for_release`)."""
+        return self.scenario.engine.name
 
     def scenario_with(self, overrides: dict[str, Any]) -> Scenario:
         """The case's scenario with dotted overrides set (a fitted parameter, a ratio's other configuration)."""
