@@ -251,7 +251,7 @@ def test_the_engine_is_a_knob_like_the_profile() -> None:
 
     s = study("kimi-k2.6-kv-formats")
     base = knobs.study_values(s.scenario, s.raw)
-    assert base["engine"] == s.scenario.engine.name == "sglang-0.5"  # the study names none: the default
+    assert base["engine"] == s.scenario.engine.name == "sglang-0.5.10"  # the study names none: the default
     options = knobs.select_options(s.scenario, s.raw, base, [c.value for c in pricing.choices(s)])
     assert options["engine"] == [*presets.names("engines"), *presets.fitted_files()]
     assert options["engine"][:4] == [

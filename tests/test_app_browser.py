@@ -112,7 +112,7 @@ def test_capacity_whatif_compare_in_chromium(tmp_path: Path) -> None:
         page.get_by_role("tab", name="What-if").click()
         page.get_by_text("how sure: the error bands in full").first.click()  # the bands' whole lines
         band = page.locator("[data-testid=stCaptionContainer]").filter(has_text="model error ±").first
-        assert "on sglang-0.5" in band.inner_text()  # the study's engine, and its error beside the headline
+        assert "on sglang-0.5.10" in band.inner_text()  # the study's engine, and its error beside the headline
         choose(page, "-engine", "vllm-0.x")
         page.locator("pre.phaseplan-command").filter(has_text="--set engine=vllm-0.x").first.wait_for()
         page.locator(".st-key-run button").click()

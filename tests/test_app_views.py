@@ -174,7 +174,7 @@ def test_the_engine_choice_reaches_the_run_the_command_and_the_band() -> None:
     name = "kimi-k2.6-kv-formats"
     at = page(name, "What-if")
     engine = at.selectbox(key=key(name, "engine"))
-    assert engine.value == "sglang-0.5" and engine.options == [
+    assert engine.value == "sglang-0.5.10" and engine.options == [
         "sglang-0.5",
         "sglang-0.5.10",
         "vllm-0.x",

@@ -20,7 +20,8 @@ STUDY = ROOT / "scenarios/glm-5.2-weight-formats.yaml"  # 32 requests: fast
 
 
 def _copy(tmp_path: Path, name: str = "my-copy", **edit: object) -> Path:
-    doc = {**presets.engine("sglang-0.5"), "name": name, **edit}
+    """The default engine's preset (a later release's: its terms merged from its base) saved under another name."""
+    doc = {**presets.engine(loader.PRESET_DEFAULTS["engine"]), "name": name, **edit}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -33,7 +34,7 @@ def test_an_engine_file_runs_as_its_terms_named_by_a_preset(tmp_path: Path, monk
     assert code == 0, err
     a, b = json.loads(by_name), json.loads(by_file)
     assert a["metrics"] == b["metrics"] and a["capacity"] == b["capacity"]
-    assert (a["provenance"]["engine"], b["provenance"]["engine"]) == ("sglang-0.5", "my-copy")
+    assert (a["provenance"]["engine"], b["provenance"]["engine"]) == ("sglang-0.5.10", "my-copy")
     # a published preset's Result has no calibration key and no fitted line: its bytes are what they were
     assert "calibration" not in a["scenario"]["engine"] and "engine_fitted" not in a["provenance"]
 

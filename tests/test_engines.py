@@ -44,7 +44,7 @@ def test_every_engine_preset_is_valid_and_sources_each_term() -> None:
 
 def test_a_scenario_runs_on_sglang_unless_it_names_another_engine_and_a_pool_still_overrides() -> None:
     sc = _load(KIMI_KV)
-    assert sc.engine.name == "sglang-0.5"
+    assert sc.engine.name == "sglang-0.5.10"
     assert sc.deployment.decode.mixed_chunked_prefill is False  # SGLang: --enable-mixed-chunk off
     sc = _load(KIMI_KV, "engine=vllm-0.x", "deployment.decode.fuse_elementwise=false")
     assert sc.engine.name == "vllm-0.x"

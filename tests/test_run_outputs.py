@@ -187,6 +187,6 @@ def test_a_results_scenario_carries_the_engines_values_not_its_prose(monkeypatch
     assert code == 0
     points = json.loads(out)
     engine = points[0]["scenario"]["engine"]
-    assert engine["name"] == "sglang-0.5" and "sources" not in engine
+    assert engine["name"] == "sglang-0.5.10" and "sources" not in engine
     assert set(EngineSpec.TERMS) - EngineSpec.TIER_TERMS <= set(engine)  # (KV-tier terms only with a tier)
     assert len(out.encode()) < 128 * 1024

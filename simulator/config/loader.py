@@ -18,7 +18,7 @@ from simulator.config.scenario import Scenario
 from simulator.errors import InputError
 
 PRESET_FIELDS = {"model": presets.model, "hardware": presets.hardware, "engine": presets.engine}
-PRESET_DEFAULTS = {"hardware": "h200", "engine": "sglang-0.5"}  # what a scenario that names neither runs on
+PRESET_DEFAULTS = {"hardware": "h200", "engine": "sglang-0.5.10"}  # what a scenario that names neither runs on
 MAX_SET_DEPTH = 16
 
 

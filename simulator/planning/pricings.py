@@ -85,7 +85,7 @@ def same_profile(a: str, b: str, base_dir: Path) -> bool:
 
 
 def own_pricing(sc: Scenario) -> str:
-    """How a study is priced, in a few words: `roofline on the engine sglang-0.5`."""
+    """How a study is priced, in a few words: `roofline on the engine sglang-0.5.10`."""
     return f"{_short(profile_label(sc.profile))} on the engine {sc.engine.name}"
 
 
