@@ -24,7 +24,8 @@ DEPLOYMENT = ROOT / "validation/scenarios/qwen3-8b-h100.yaml"  # one H100, Qwen3
 # the engine the "operator's" runs were made on: SGLang 0.5 (0.5.3-0.5.9, named: the default is a later release's
 # preset) with its overlap scheduler off (so the CPU work of a step adds to every step) and a slower CUDA-graph floor
 # than the preset's
-TRUTH = {"host_step_us": 11000.0, "decode_graph_floor_us": 4.5}
+# (2 ms a step more CPU than the preset's: a refit of the preset moves the truth with it, as far from the start)
+TRUTH = {"host_step_us": presets.engine("sglang-0.5")["host_step_us"] + 2000.0, "decode_graph_floor_us": 4.5}
 LOADS = ({"concurrency": 1}, {"concurrency": 4}, {"concurrency": 16}, {"concurrency": 64}, {"concurrency": 128})
 SETS = ("engine=sglang-0.5", "engine.overlap_scheduler=false")
 
@@ -246,12 +247,10 @@ def test_the_worked_example_calibrates_and_improves_on_held_out_runs(tmp_path: P
     code, text = run_cli(monkeypatch, capsys, *args)
     assert code == 0, text
     report = json.loads(text)
-    # the graph floor ends on its bound (these runs ask less of a B200 step's small kernels than the preset's
-    # per-layer term gives), and the preset's request_latency_us is fitted to the corpus, which holds these TTFTs
-    assert [o.split(",")[0] for o in report["objections"]] == [
-        "decode_graph_floor_us ended on a bound of its range (3 → 0.5",
-        "its TTFT figures",
-    ]
+    # the graph floor falls (these runs ask less of a B200 step's small kernels than the preset's per-layer term
+    # gives), inside its range; the preset's request_latency_us is fitted to the corpus, which holds these TTFTs
+    assert [o.split(",")[0] for o in report["objections"]] == ["its TTFT figures"]
+    assert 0.5 < report["engine"]["decode_graph_floor_us"] < 3
     for labels in (("output tok/s",), ("median TPOT ms",)):
         rows = [r for r in report["runs"] if r["figure"] in labels]
         assert len(rows) == 9 and _rms(rows, "leave_one_out") < _rms(rows, "before"), labels

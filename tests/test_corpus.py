@@ -273,3 +273,18 @@ def test_engines_fit_one_path_each_to_its_own_value() -> None:
     sglang = [fit.Target("sglang-0.5", a * math.exp(2.0), lambda o, a=a: a * math.exp(o[PATH])) for a in (2, 3)]
     values = fit.fit([_target(5, 1.0), _target(7, 1.0), *sglang], [_param(), other]).values
     assert values == pytest.approx({f"{PATH}@vllm-0.x": 1.0, f"{PATH}@sglang-0.5": 2.0}, abs=1e-6)
+
+
+def test_the_case_tables_two_line_header_prints_as_two_lines() -> None:
+    """The report's own line break is a Text: the plain console escapes a str's newline (a user's file may hold one),
+    which printed the header as 'source\\n…' at 80 columns."""
+    from phaseplan.validate import case_table
+    from simulator.console import PlainConsole
+
+    row = {"id": "a-case", "metric": "mean_tpot_ms", "published": 7.96, "error": 0.15, "loso_error": -0.081}
+    console = PlainConsole(width=80, record=True)
+    with console.capture() as out:
+        console.print(case_table([row], 80))
+    head = out.get().splitlines()[:2]
+    assert head[0].rstrip().endswith("source") and head[1].rstrip().endswith("left out"), head
+    assert "\\n" not in out.get()

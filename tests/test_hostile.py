@@ -420,7 +420,7 @@ def bad_scenario(cls: str, field: str, value: Any) -> tuple[dict[str, Any], str]
     if cls == "RooflineFit":
         data["hardware"] = presets.hardware("h200")
     if cls == "Pool" and field in ("redundant_experts", "expert_imbalance"):  # expert fields need an MoE over EP
-        data["model"], base = presets.model("kimi-k2.6"), lambda: {"ep": 8}
+        data["model"], base = presets.model("kimi-k2.6"), lambda: {"ep": 8, "redundant_experts": 8}  # EPLB
     node = data
     for key in path[:-1]:
         node = node.setdefault(key, {})

@@ -58,7 +58,8 @@ def test_skewed_routing_touches_fewer_experts_and_streams_fewer_weights() -> Non
     loads = power_law_loads(256, 8, 64, 1.01)
     assert sum(loads) == 64 * 8 and sum(v > 0 for v in loads) == 180
     assert uniform_experts(256, 8, 64) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 64))
-    uniform, skewed = Pool(tp=8, weights="fp8"), Pool(tp=8, weights="fp8", moe_routing="power_law")
+    # the power law is the default routing; uniform is named
+    uniform, skewed = Pool(tp=8, weights="fp8", moe_routing="uniform"), Pool(tp=8, weights="fp8")
     experts = {
         p.moe_routing: {dict(op.shape)["experts"] for op in step_ops(DSV3, p, 64, 4096) if op.family == "moe_gemm"}
         for p in (uniform, skewed)

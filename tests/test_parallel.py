@@ -164,7 +164,7 @@ def test_all_to_all_bytes_per_decode_step() -> None:
     """Batch 256 over 32 DP ranks, EP 32 over 4 nodes: each rank receives 256 × 8 / 32 = 64 token-expert pairs
     per MoE layer; dispatch moves FP8 (7168 B + one fp32 scale per 128 values = 7,392 B a pair), combine BF16
     (14,336 B a pair); 58 MoE layers each way."""
-    pool = Pool(tp=32, dp=32, ep=32, nodes=4, weights="fp8", kv_cache="fp8_e4m3")
+    pool = Pool(tp=32, dp=32, ep=32, nodes=4, weights="fp8", kv_cache="fp8_e4m3", moe_routing="uniform")
     ops = step_ops(DSV3, pool, 256, 4096)
     a2a = {op.params["bytes"]: op for op in only(ops, "alltoall")}
     assert set(a2a) == {64 * 7392, 64 * 14336}

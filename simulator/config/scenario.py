@@ -37,7 +37,7 @@ class Strict(BaseModel):
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "shared_expert_overlap": True,
-    "moe_routing": "uniform",
+    "moe_routing": "power_law",
     "moe_routing_alpha": 1.01,
     "fuse_elementwise": False,
     "host_step_us": 0.0,
@@ -110,7 +110,9 @@ class Pool(Strict):
         0, description="EPLB-style replicas of hot experts, spread over the EP ranks."
     )
     expert_imbalance: float = Field(
-        1.0, ge=1.0, description="The busiest EP rank's token-expert pairs over the mean (uniform routing)."
+        1.0,
+        ge=1.0,
+        description="The busiest EP rank's token-expert pairs over the mean (uniform routing, or after EPLB).",
     )
     speculative: Speculative | None = Field(None, description="Speculative decoding (decode pools only); null: off.")
     two_batch_overlap: bool = Field(
@@ -179,10 +181,13 @@ class Pool(Strict):
     shared_expert_overlap: bool = Field(
         True, description="Shared experts on a second stream beside the routed ones in decode (the longer counts)."
     )
-    # Token-to-expert routing the roofline counts touched experts under (pricing/expert_routing.py): uniform, or
-    # the bounded power law AIConfigurator measured its MoE tables at (alpha 1.01 for DeepSeek-family models).
+    # Token-to-expert routing the roofline counts touched experts under (pricing/expert_routing.py): the bounded
+    # power law AIConfigurator measured its MoE tables at and its SDK assumes for every MoE model (aiconfigurator-core
+    # 0.12.0 sdk/config.py `workload_distribution: str = "power_law"`; alpha 1.01 for DeepSeek-family models,
+    # sdk/models/deepseek.py), or uniform. A trained router is skewed: uniform routing touches more experts at
+    # decode sizes and, held out, priced the published runs worse (docs/calibration.md §3).
     moe_routing: Literal["uniform", "power_law"] = Field(
-        "uniform", description="Token-to-expert routing the roofline counts experts under: uniform or a power law."
+        "power_law", description="Token-to-expert routing the roofline counts experts under: a power law or uniform."
     )
     moe_routing_alpha: PositiveFloat = Field(
         1.01, description="Exponent of power-law routing (1.01 for DeepSeek-family models)."
@@ -245,10 +250,10 @@ class Pool(Strict):
 
     @model_validator(mode="after")
     def _one_source_of_expert_imbalance(self) -> Pool:
-        if self.moe_routing == "power_law" and self.expert_imbalance != 1.0:
+        if self.moe_routing == "power_law" and self.expert_imbalance != 1.0 and not self.redundant_experts:
             raise ValueError(
-                "moe_routing 'power_law' sets the busiest EP rank's load itself: leave expert_imbalance "
-                "at 1.0 (it scales uniform routing's mean)"
+                "moe_routing 'power_law' sets the busiest EP rank's load itself: leave expert_imbalance at 1.0, "
+                "or state redundant_experts (EPLB balances the ranks; expert_imbalance is then what it leaves)"
             )
         return self
 

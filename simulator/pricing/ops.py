@@ -26,9 +26,10 @@ dense layers, shared experts and the head for its own sequences over its attenti
 and the busiest rank sets the step: a line of x rows puts ceil(x / dp) of them on it. The routed experts see
 every rank's tokens: tokens reach the rank holding their expert by an all-to-all dispatch (FP8 with one fp32
 scale per 128 values, as DeepEP dispatches) and come back by an all-to-all combine (BF16); the busiest EP rank
-receives `expert_imbalance` × the mean token-expert pairs. A step's prefill chunks run on different DP ranks at
-once: `step_ops` lists every chunk's own ops, and the cost model prices the busiest rank's share of them
-(`costmodel.busiest_rank`).
+receives the pairs its routing gives it: under the default `power_law` routing the rank holding the most loaded
+expert, unless EPLB (`redundant_experts`) has balanced the ranks, when it receives `expert_imbalance` × the mean.
+A step's prefill chunks run on different DP ranks at once: `step_ops` lists every chunk's own ops, and the cost
+model prices the busiest rank's share of them (`costmodel.busiest_rank`).
 
 DP attention with MoE TP (`pool.dp` > 1, ep = 1: SGLang's `--enable-dp-attention` without EP, "DPA does not
 require EP", docs.sglang.io advanced_features/dp_dpa_smg_guide): every MoE layer gathers all ranks' rows to every
@@ -552,9 +553,14 @@ def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
     assert moe is not None
     hd, E = model.hidden, moe.routed_experts
     slots = E + pool.redundant_experts  # EPLB replicas are touched like the experts they copy
-    if pool.moe_routing == "power_law":  # the distribution sets the busiest EP rank (expert_routing.py)
+    if pool.moe_routing == "power_law" and not pool.redundant_experts:  # the busiest EP rank (expert_routing.py)
         busy, touched = busiest_rank(slots, moe.top_k, m_all, pool.ep, pool.moe_routing_alpha)
         pairs, local = _round_up_from_one(busy), _round_up_from_one(touched)
+    elif pool.moe_routing == "power_law":  # EPLB: replicas placed so the ranks share the load (`expert_imbalance`
+        # what it leaves); the skew still leaves cold experts untouched, spread evenly over the ranks
+        _, touched = busiest_rank(slots, moe.top_k, m_all, 1, pool.moe_routing_alpha)
+        pairs = _round_up_from_one(m_all * moe.top_k * pool.expert_imbalance / pool.ep)
+        local = _round_up_from_one(touched / pool.ep)
     else:
         load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
         pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
