@@ -22,9 +22,8 @@ from simulator.errors import InputError
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOYMENT = ROOT / "validation/scenarios/qwen3-8b-h100.yaml"  # one H100, Qwen3-8B: small and fast to simulate
 # the engine the "operator's" runs were made on: SGLang 0.5 (0.5.3-0.5.9, named: the default is a later release's
-# preset) with its overlap scheduler off (so the CPU work of a step adds to every step) and a slower CUDA-graph floor
-# than the preset's
-# (2 ms a step more CPU than the preset's: a refit of the preset moves the truth with it, as far from the start)
+# preset) with its overlap scheduler off (so the CPU work of a step adds to every step), 2 ms a step more CPU than
+# the preset's (a refit of the preset moves the truth with it, as far from the start) and a slower CUDA-graph floor
 TRUTH = {"host_step_us": presets.engine("sglang-0.5")["host_step_us"] + 2000.0, "decode_graph_floor_us": 4.5}
 LOADS = ({"concurrency": 1}, {"concurrency": 4}, {"concurrency": 16}, {"concurrency": 64}, {"concurrency": 128})
 SETS = ("engine=sglang-0.5", "engine.overlap_scheduler=false")

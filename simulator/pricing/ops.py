@@ -556,15 +556,14 @@ def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
     if pool.moe_routing == "power_law" and not pool.redundant_experts:  # the busiest EP rank (expert_routing.py)
         busy, touched = busiest_rank(slots, moe.top_k, m_all, pool.ep, pool.moe_routing_alpha)
         pairs, local = _round_up_from_one(busy), _round_up_from_one(touched)
-    elif pool.moe_routing == "power_law":  # EPLB: replicas placed so the ranks share the load (`expert_imbalance`
-        # what it leaves); the skew still leaves cold experts untouched, spread evenly over the ranks
-        _, touched = busiest_rank(slots, moe.top_k, m_all, 1, pool.moe_routing_alpha)
+    else:  # the mean pairs a rank, times what uniform routing or EPLB's placement leaves; touched experts spread
+        # evenly over the ranks (a skewed router's still leaves its cold experts untouched)
+        if pool.moe_routing == "power_law":
+            touched = busiest_rank(slots, moe.top_k, m_all, 1, pool.moe_routing_alpha)[1]
+        else:
+            touched = expected_experts(slots, moe.top_k, m_all)
         pairs = _round_up_from_one(m_all * moe.top_k * pool.expert_imbalance / pool.ep)
         local = _round_up_from_one(touched / pool.ep)
-    else:
-        load = m_all * moe.top_k if pool.expert_imbalance == 1.0 else m_all * moe.top_k * pool.expert_imbalance
-        pairs = _round_up_from_one(load / pool.ep)  # the busiest EP rank's token-expert pairs
-        local = _round_up_from_one(expected_experts(slots, moe.top_k, m_all) / pool.ep)
     inter = _div(moe.intermediate, pool.tp // pool.ep)
     if _moe_tp_behind_dp(pool):  # SGLang's dp_gather and the experts' TP reduction: two all-reduces of all rows
         b.add("allreduce", 2 * layers, bytes=m_all * hd * 2, ranks=pool.tp)
