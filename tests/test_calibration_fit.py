@@ -72,7 +72,7 @@ def test_b200_preset_holds_the_whole_fit_of_its_committed_profile() -> None:
     result = fit.fit(json.loads((ROOT / "profiles" / "b200-sglang.json").read_text()), b200)
     assert b200.roofline is not None and "b200-sglang.json" in b200.roofline.source
     assert b200.allreduce_latency_us == result.hardware["allreduce_latency_us"]
-    assert b200.roofline.factors == {**result.factors, "sparse_attn_head_block": 128}
+    assert b200.roofline.factors == {**result.factors, "sparse_attn_head_block": 128, "trtllm_sparse_head_block": 1}
     for r in result.residuals:
         assert r.rms_after <= r.rms_before, r.group
 

@@ -130,6 +130,26 @@ def test_sparse_prefill_attention_runs_heads_in_the_kernels_blocks() -> None:
     )
 
 
+def test_trtllm_sparse_prefill_computes_only_a_ranks_heads_where_the_gpu_has_it() -> None:
+    """SGLang from 0.5.10 runs a DSA prefill with an FP8 cache on Blackwell through TRT-LLM's sparse MLA, which takes a
+    rank's heads unpadded; FlashMLA (a BF16 cache there, and every cache on Hopper) pays for its 128- or 64-head
+    blocks. GLM-5.2 at TP8 has 8 heads a rank: FlashMLA on B200 computes 16x the heads' work."""
+    b200 = HardwareSpec(**presets.hardware("b200"))
+    chunk = [(8192, 0)]
+
+    def attention_us(hw: HardwareSpec, kv: str, kernel: str) -> float:
+        pool = Pool(tp=8, weights="fp8", kv_cache=kv, fp8_sparse_prefill=kernel)
+        return CostModel(GLM5, hw, pool, Profile.roofline(hw), False).breakdown(0, 0, 0, chunk)["prefill_attention"]
+
+    trtllm, flashmla = attention_us(b200, "fp8_e4m3", "trtllm"), attention_us(b200, "fp8_e4m3", "flashmla")
+    assert 8 < flashmla / trtllm <= 16  # the same FLOPs but 8 of 128 heads; the launch floors stay
+    assert attention_us(b200, "bf16", "trtllm") == pytest.approx(flashmla)  # a BF16 cache runs FlashMLA's
+    # No TRT-LLM kernel on Hopper: the engine's FP8 prefill runs FlashMLA's 64-head blocks there.
+    assert attention_us(H200, "fp8_e4m3", "trtllm") == pytest.approx(attention_us(H200, "fp8_e4m3", "flashmla"))
+    assert presets.engine("sglang-0.5.10")["fp8_sparse_prefill"] == "trtllm"
+    assert presets.engine("sglang-0.5").get("fp8_sparse_prefill", "flashmla") == "flashmla"
+
+
 def test_an_engines_fp8_gemm_factor_scales_only_block_fp8_tensor_core_time() -> None:
     """vLLM's block-FP8 kernels are not the ones the roofline was fitted to: a pool's `fp8_gemm_mma_factor` takes
     their tensor-core time times the factor (memory time and BF16 GEMMs untouched); in the fused MoE only its

@@ -40,6 +40,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "moe_routing": "power_law",
     "moe_routing_alpha": 1.01,
     "fuse_elementwise": False,
+    "fp8_sparse_prefill": "flashmla",
     "host_step_us": 0.0,
     "dp_sync_us": 0.0,
     "request_latency_us": 0.0,
@@ -198,6 +199,15 @@ class Pool(Strict):
     # set_kv_buffer). Off: each runs as its own kernel, as SGLang 0.5.14 runs DeepSeek-V3's block-FP8 path.
     fuse_elementwise: bool = Field(
         False, description="Small kernels fused into neighbours (FP8 activation quantization, RoPE + KV write)."
+    )
+    # The kernel a sparse-attention (DSA) model's prefill runs with an FP8 cache: FlashMLA's, which computes a rank's
+    # query heads in whole head blocks (the roofline's `sparse_attn_head_block`: 64 on Hopper, 128 on Blackwell), or
+    # TRT-LLM's sparse MLA where the GPU has it (the roofline's `trtllm_sparse_head_block`; Blackwell: no padding),
+    # which SGLang runs there from 0.5.10 on (server_args.py `_set_default_nsa_backends`: FP8 cache, SM 10+).
+    fp8_sparse_prefill: Literal["flashmla", "trtllm"] = Field(
+        "flashmla",
+        description="Sparse-attention prefill kernel with an FP8 cache: FlashMLA (heads padded to its block) or "
+        "TRT-LLM's sparse MLA (where the GPU has it).",
     )
     # The engine's step loop (engine presets, simulator/config/presets/engines/): the CPU work of scheduling a
     # step, whether it overlaps the GPU's previous step, whether prefill chunks join the decode batch, and how

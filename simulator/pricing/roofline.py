@@ -102,6 +102,11 @@ MIN_TILE_M = 16
 # prefill work ("Support TP without padding — update kernel to support head counts of 16 and remove padding
 # logic"). DeepSeek-V3.2 at TP8 (16 heads a rank) runs 4x its heads' FLOPs.
 SPARSE_ATTN_HEAD_BLOCK = 64
+# TRT-LLM's sparse MLA (FlashInfer's trtllm-gen kernels, Blackwell only) computes a rank's query heads as they are:
+# SGLang's DSA backend hands it q of `tp_q_head_num` heads, where its FlashMLA path pads them (sglang 0.5.13.post1
+# srt/layers/attention/dsa_backend.py `_forward_trtllm` against `_forward_flashmla_sparse`'s `required_padding`).
+# A GPU without the kernel: None (an engine that asks for it runs FlashMLA's blocks).
+TRTLLM_SPARSE_HEAD_BLOCK: int | None = None
 # Block-FP8 GEMMs and grouped expert GEMMs (W8A8, 128x128 weight scales) take their tensor-core time at the fitted
 # kernels' rate (AIConfigurator's tables, SGLang's kernels): 1. An engine whose block-FP8 kernels are not those
 # sets its own factor (a pool's `fp8_gemm_mma_factor`).
@@ -160,6 +165,7 @@ class Factors:
     fp8_kv_dequant_factor: float = FP8_KV_DEQUANT_FACTOR
     fp8_kv_floor_us: float = FP8_KV_FLOOR_US
     sparse_attn_head_block: int = SPARSE_ATTN_HEAD_BLOCK
+    trtllm_sparse_head_block: int | None = TRTLLM_SPARSE_HEAD_BLOCK
     fp8_gemm_mma_factor: float = FP8_GEMM_MMA_FACTOR
     nvlink_eff: float = NVLINK_EFF
     floor_gemm_us: float | None = None
