@@ -184,6 +184,24 @@ def test_an_engines_fp8_gemm_factor_scales_only_block_fp8_tensor_core_time() -> 
     assert v["prefill_attention"] == b["prefill_attention"] and v["allreduce"] == b["allreduce"]
 
 
+def test_an_engines_blackwell_fp8_factor_replaces_its_hopper_one_on_gpus_with_fp4_tensor_cores() -> None:
+    """vLLM runs other block-FP8 kernels on Blackwell than the Hopper ones its factor was fitted on: a pool's
+    `fp8_gemm_mma_factor_blackwell` takes the factor's place on a GPU with FP4 tensor cores, and on Hopper the factor
+    stays; unset, the one factor holds on every GPU."""
+    b200 = HardwareSpec(**presets.hardware("b200"))
+    pool = Pool(tp=8, weights="fp8", fp8_gemm_mma_factor=2.0)
+
+    def gemm_us(hw: HardwareSpec, **over: float) -> float:
+        cm = CostModel(GLM5, hw, pool.model_copy(update=over), Profile.roofline(hw), False)
+        return cm.breakdown(0, 0, 0, [(8192, 0)])["gemm"]
+
+    plain = {"fp8_gemm_mma_factor": None}
+    assert gemm_us(b200, fp8_gemm_mma_factor_blackwell=1.0) == pytest.approx(gemm_us(b200, **plain))
+    assert gemm_us(b200) > gemm_us(b200, **plain)  # no Blackwell factor: the one factor everywhere
+    assert gemm_us(H200, fp8_gemm_mma_factor_blackwell=1.0) == pytest.approx(gemm_us(H200))
+    assert presets.engine("vllm-0.x")["fp8_gemm_mma_factor_blackwell"] == 1.0
+
+
 def test_gqa_replicates_kv_heads_beyond_tp() -> None:
     ops = step_ops(LLAMA, Pool(tp=16), 4, 1000, (), 0)
     attn = only(ops, "decode_attention_gqa").params

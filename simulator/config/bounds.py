@@ -98,6 +98,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("EngineSpec", "fp8_kv_read_factor"): (0.01, 100, "factor on an FP8 cache read's memory time"),
     ("Pool", "fp8_gemm_mma_factor"): (0.01, 100, "factor on a block-FP8 GEMM's tensor-core time"),
     ("EngineSpec", "fp8_gemm_mma_factor"): (0.01, 100, "factor on a block-FP8 GEMM's tensor-core time"),
+    ("Pool", "fp8_gemm_mma_factor_blackwell"): (0.01, 100, "factor on a block-FP8 GEMM's tensor-core time"),
+    ("EngineSpec", "fp8_gemm_mma_factor_blackwell"): (0.01, 100, "factor on a block-FP8 GEMM's tensor-core time"),
     ("EngineSpec", "host_step_us"): (0, 1e6, "µs of CPU work per step (a second per step is no engine)"),
     ("CalibrationFile", "runs"): (1, 64, "benchmark runs in one file (calibrate fits at most 64)"),
     ("Calibration", "runs"): (1, 64, "benchmark runs fitted to (calibrate fits at most 64)"),

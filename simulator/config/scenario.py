@@ -41,6 +41,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "moe_routing_alpha": 1.01,
     "fuse_elementwise": False,
     "fp8_sparse_prefill": "flashmla",
+    "fp8_gemm_mma_factor_blackwell": None,
     "host_step_us": 0.0,
     "dp_sync_us": 0.0,
     "request_latency_us": 0.0,
@@ -175,6 +176,14 @@ class Pool(Strict):
     # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.
     fp8_gemm_mma_factor: PositiveFloat | None = Field(
         None, description="Factor on block-FP8 GEMMs' tensor-core time (the engine's kernels); null: the roofline's."
+    )
+    # An engine may run other block-FP8 kernels on Blackwell (a GPU with FP4 tensor cores) than on Hopper: vLLM 0.21's
+    # FP8 MoE oracle prefers Triton (TP) or FlashInfer CUTLASS (EP) on SM 9.0 only and FlashInfer's TRT-LLM kernels
+    # elsewhere. None: `fp8_gemm_mma_factor` on every GPU.
+    fp8_gemm_mma_factor_blackwell: PositiveFloat | None = Field(
+        None,
+        description="Factor on block-FP8 GEMMs' tensor-core time on a GPU with FP4 tensor cores (Blackwell); "
+        "null: fp8_gemm_mma_factor's.",
     )
     # MoE engine behaviour (docs/calibration.md §3). Shared experts run on a second CUDA stream beside the
     # routed experts in decode (SGLang's DeepseekV2MoE dual stream up to 1,024 tokens, without DeepEP; TRT-LLM's

@@ -258,6 +258,9 @@ class EngineSpec(Strict):
     fp8_gemm_mma_factor: PositiveFloat | None = Field(
         None, description="Factor on block-FP8 GEMMs' tensor-core time (the engine's kernels); null: the roofline's."
     )
+    fp8_gemm_mma_factor_blackwell: PositiveFloat | None = Field(
+        None, description="That factor on a GPU with FP4 tensor cores (Blackwell); null: fp8_gemm_mma_factor's."
+    )
     decode_layer_us: NonNegativeFloat = Field(
         0.0, description="µs a layer of a decode-only (CUDA-graph) step costs beyond its op list (engine kernels)."
     )
@@ -305,6 +308,7 @@ class EngineSpec(Strict):
         "fp8_kv_read_factor",
         "fp8_kv_fixed_us",
         "fp8_gemm_mma_factor",
+        "fp8_gemm_mma_factor_blackwell",
         "decode_layer_us",
         "shared_expert_overlap",
         "fuse_elementwise",
@@ -329,6 +333,7 @@ class EngineSpec(Strict):
         for absent in ("calibration", "releases"):
             if out.get(absent, 0) is None:
                 del out[absent]
-        if out.get("fp8_sparse_prefill") == "flashmla":  # a term added later: its default keeps Results' bytes
-            del out["fp8_sparse_prefill"]
+        for later, default in (("fp8_sparse_prefill", "flashmla"), ("fp8_gemm_mma_factor_blackwell", None)):
+            if out.get(later, 0) == default:  # terms added later: their defaults keep Results' bytes
+                del out[later]
         return out

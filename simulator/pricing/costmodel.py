@@ -68,6 +68,8 @@ class CostModel:
             "fp8_kv_floor_us": pool.fp8_kv_fixed_us,
             "fp8_gemm_mma_factor": pool.fp8_gemm_mma_factor,
         }
+        if hw.fp4_tflops is not None and pool.fp8_gemm_mma_factor_blackwell is not None:  # Blackwell's own kernels
+            engine["fp8_gemm_mma_factor"] = pool.fp8_gemm_mma_factor_blackwell
         if pool.kv_cache == "fp8_e4m3" and pool.fp8_sparse_prefill == "trtllm" and hw.roofline is not None:
             # its sparse prefill runs TRT-LLM's kernel where the GPU has one (none: FlashMLA's head blocks)
             engine["sparse_attn_head_block"] = hw.roofline.factors.get("trtllm_sparse_head_block")

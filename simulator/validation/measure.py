@@ -95,8 +95,11 @@ _READ_ONLY_WHERE: dict[str, Callable[[Scenario, Pool], bool]] = {
     "tbo_hidden_share": lambda sc, p: p.two_batch_overlap,  # pricing.dpstep.DPSteps: only `if self.overlap`
     "fp8_kv_read_factor": lambda sc, p: p.kv_cache == "fp8_e4m3",  # pricing.roofline: `if kv == "fp8_e4m3"`
     # pricing.roofline: `if w == "fp8"`, an op's weights being the pool's format or its rule's rest
-    # (capacity.component_format)
-    "fp8_gemm_mma_factor": lambda sc, p: "fp8" in (p.weights, format_rule(sc.model, p.weights, p.weights_scheme).rest),
+    # (capacity.component_format), and not on a GPU where the engine's Blackwell factor replaces it (pricing.costmodel)
+    "fp8_gemm_mma_factor": lambda sc, p: (
+        "fp8" in (p.weights, format_rule(sc.model, p.weights, p.weights_scheme).rest)
+        and (sc.hardware_of(p).fp4_tflops is None or p.fp8_gemm_mma_factor_blackwell is None)
+    ),
 }
 
 
