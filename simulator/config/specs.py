@@ -333,7 +333,4 @@ class EngineSpec(Strict):
         for absent in ("calibration", "releases"):
             if out.get(absent, 0) is None:
                 del out[absent]
-        for later, default in (("fp8_sparse_prefill", "flashmla"), ("fp8_gemm_mma_factor_blackwell", None)):
-            if out.get(later, 0) == default:  # terms added later: their defaults keep Results' bytes
-                del out[later]
         return out
