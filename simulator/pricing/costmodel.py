@@ -68,7 +68,7 @@ class CostModel:
             "fp8_kv_floor_us": pool.fp8_kv_fixed_us,
             "fp8_gemm_mma_factor": pool.fp8_gemm_mma_factor,
         }
-        if hw.fp4_tflops is not None and pool.fp8_gemm_mma_factor_blackwell is not None:  # Blackwell's own kernels
+        if blackwell_fp8_factor(pool, hw):  # Blackwell's own kernels
             engine["fp8_gemm_mma_factor"] = pool.fp8_gemm_mma_factor_blackwell
         if pool.kv_cache == "fp8_e4m3" and pool.fp8_sparse_prefill == "trtllm" and hw.roofline is not None:
             # its sparse prefill runs TRT-LLM's kernel where the GPU has one (none: FlashMLA's head blocks)
@@ -368,6 +368,12 @@ class CostModel:
         if hit is None:
             hit = self._prices[key] = reference.price_op(op.family, op.params, self.profile, self.decode_hw)
         return hit
+
+
+def blackwell_fp8_factor(pool: Pool, hw: HardwareSpec) -> bool:
+    """Whether the pool's engine prices block-FP8 GEMMs on `hw` by its Blackwell factor instead of
+    `fp8_gemm_mma_factor`: a GPU with FP4 tensor cores, and an engine that states one (validation reads it too)."""
+    return hw.fp4_tflops is not None and pool.fp8_gemm_mma_factor_blackwell is not None
 
 
 def with_layers(fixed: Priced, us: float) -> Priced:

@@ -26,7 +26,7 @@ from simulator.config.scenario import Pool, Scenario
 from simulator.engine.run import simulate
 from simulator.engine.timer import HostTime
 from simulator.errors import InputError
-from simulator.pricing.costmodel import CostModel
+from simulator.pricing.costmodel import CostModel, blackwell_fp8_factor
 from simulator.pricing.dpstep import DPSteps
 from simulator.pricing.profile import Profile
 from simulator.results.record import RequestRecord
@@ -98,7 +98,7 @@ _READ_ONLY_WHERE: dict[str, Callable[[Scenario, Pool], bool]] = {
     # (capacity.component_format), and not on a GPU where the engine's Blackwell factor replaces it (pricing.costmodel)
     "fp8_gemm_mma_factor": lambda sc, p: (
         "fp8" in (p.weights, format_rule(sc.model, p.weights, p.weights_scheme).rest)
-        and (sc.hardware_of(p).fp4_tflops is None or p.fp8_gemm_mma_factor_blackwell is None)
+        and not blackwell_fp8_factor(p, sc.hardware_of(p))
     ),
 }
 
