@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from phaseplan.validate import JSON_BUDGET, JSON_FIELDS
@@ -261,10 +262,22 @@ def test_an_answers_prefill_share_counts_only_the_prompt_its_prefix_cache_did_no
 
 def test_a_robust_fit_is_not_set_by_one_case_off_by_a_factor() -> None:
     """Five cases at p = 1 and one that wants p = 4 (its figure off by e³): least squares moves p to 1.5, the
-    soft-L1 fit the suite runs (`suite.ROBUST`) stays near the five."""
+    bounded fit the suite runs (`suite.ROBUST`) stays at the five."""
     targets = [_target(a, 1.0) for a in (2, 3, 5, 7, 11)] + [_target(13, 4.0)]
     assert fit.fit(targets, [_param()]).values[PATH] == pytest.approx(1.5, abs=1e-6)
-    assert 1.0 < fit.fit(targets, [_param()], robust=suite.ROBUST).values[PATH] < 1.1
+    assert fit.fit(targets, [_param()], robust=suite.ROBUST).values[PATH] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_cases_off_by_a_factor_cost_the_bounded_fit_a_constant_each() -> None:
+    """The cost the fit lowers, restated: a row at log error e costs s² · arctan((e / s)²) at scale s — e² near
+    zero, and never more than π/2 · s², so a case off by e³ costs what one off by 2× does, and pulls on nothing."""
+    s = suite.ROBUST
+    box = fit._Box(np.array([-5.0]), np.array([5.0]), np.array([0.0]), 0.0, np.array([0.0]), s)
+    for e in (0.01, 0.1, 0.7, 3.0):
+        assert fit._cost(np.array([e]), np.array([0.0]), box) == pytest.approx(s * s * math.atan((e / s) ** 2))
+    assert fit._cost(np.array([0.01]), np.array([0.0]), box) == pytest.approx(0.01**2, rel=1e-3)
+    assert fit._cost(np.array([3.0]), np.array([0.0]), box) < math.pi / 2 * s * s
+    assert fit._cost(np.array([3.0]), np.array([0.0]), box) == pytest.approx(math.pi / 2 * s * s, rel=1e-2)
 
 
 def test_engines_fit_one_path_each_to_its_own_value() -> None:

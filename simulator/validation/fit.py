@@ -163,10 +163,11 @@ def fit(
     `prior` > 0 regularises toward the start values: each parameter adds the residual
     prior · (value − start) / (high − low), so a parameter moves only as far as the targets' log errors pay for
     (a whole range costs as much as one target `prior` off in log). `groups`: targets with the same number are
-    left out together (one benchmark run's figures); default: each alone. `robust`: the log error past which a
-    target's pull grows linearly, not quadratically (a soft-L1 loss of that scale): a corpus's few cases the model
-    misses for reasons no parameter holds (a run's unstated cache format) then do not set the parameters the
-    others share; None: plain least squares."""
+    left out together (one benchmark run's figures); default: each alone. `robust`: the log error at which a
+    target's pull peaks, fading beyond it (a bounded loss of that scale, scipy's "arctan" on the squared error): a
+    corpus's cases the model misses by a factor for reasons no parameter holds (a run's unstated cache format, a
+    host slower than its GPU) then stop setting the parameters the others share, as the ±25% band that judges the
+    model counts them; None: plain least squares."""
     if not params:
         predicted = [t.predict({}) for t in targets]
         return Fitted({}, predicted, predicted)
@@ -263,7 +264,7 @@ class _Box:
     start: np.ndarray
     prior: float
     unfitted: np.ndarray
-    robust: float | None = None  # the soft-L1 scale of the log errors (`fit`); None: squares
+    robust: float | None = None  # the bounded loss's scale of the log errors (`fit`); None: squares
 
 
 def _overrides(engine: str, params: Sequence[Parameter], x: np.ndarray) -> dict[str, Any]:
@@ -292,13 +293,14 @@ class _Memo:
 
 
 def _cost(r: np.ndarray, x: np.ndarray, box: _Box) -> float:
-    """What the fit minimises: the squared log errors (soft-L1 of scale `box.robust`, as `_solve`'s loss, in
-    squared-error units) and the prior's pull toward the start."""
+    """What the fit minimises: the squared log errors (bounded by arctan at scale `box.robust`, as `_solve`'s
+    loss, in squared-error units: a row at error e costs robust² · arctan((e / robust)²), at most π/2 · robust²)
+    and the prior's pull toward the start."""
     pull = box.prior * (x - box.start) / (box.high - box.low)
     if box.robust is None:
         return float(r @ r + pull @ pull)
     rows = np.concatenate([r, pull]) / box.robust
-    return float(np.sum(2 * (np.sqrt(1 + rows * rows) - 1)) * box.robust**2)
+    return float(np.sum(np.arctan(rows * rows)) * box.robust**2)
 
 
 def _jacobian(memo: _Memo, x: np.ndarray, published: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -333,7 +335,7 @@ def _solve(r: np.ndarray, jac: np.ndarray, x: np.ndarray, box: _Box, rows: np.nd
         jac=lambda d: j[:, used],
         bounds=(box.low[used] - x[used], box.high[used] - x[used]),
         method="trf",
-        loss="linear" if box.robust is None else "soft_l1",
+        loss="linear" if box.robust is None else "arctan",
         f_scale=1.0 if box.robust is None else box.robust,
         xtol=1e-15,
         ftol=1e-15,
