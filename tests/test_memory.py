@@ -382,7 +382,7 @@ def test_report_shape() -> None:
 
 def test_hardware_presets() -> None:
     hbm = {n: HardwareSpec.model_validate(presets.hardware(n)).hbm_gib for n in presets.names("hardware")}
-    assert hbm == {"b200": 179.06, "cpu": 4.0, "h100": 79.65, "h200": 140.4}  # cpu: what the CPU replay may take
+    assert hbm == {"a100": 79.15, "b200": 179.06, "cpu": 4.0, "h100": 79.65, "h200": 140.4}  # cpu: the CPU replay's
     assert hbm["h200"] == pytest.approx(143_771 / 1024, abs=0.01)
     assert hbm["h100"] == pytest.approx(81_559 / 1024, abs=0.01)
 
