@@ -29,7 +29,8 @@ MAX_REQUESTS = 20_000_000
 # The log error at which a case's pull on the fit peaks and past which it fades (`fit.fit`'s bounded loss): about
 # ±20%, the band's edge, so the cases off by a factor (a run's unstated cache format or queueing, a host slower than
 # its GPU) do not set the terms the others share. A soft-L1 loss of this scale (each case pulling linearly past it)
-# left 88 cases outside ±25% with their source held out; the bounded one 80 (docs/validation.md).
+# left 88 of the 351 cases then in the corpus outside ±25% with their source held out; the bounded one, refitted to
+# its fixed point, 83 (docs/validation.md).
 ROBUST = 0.2
 COLUMNS = (
     "id",
