@@ -232,10 +232,12 @@ def test_a_run_too_long_to_simulate_is_refused() -> None:
     assert "--no-limits" not in str(e.value)
 
 
-def test_the_worked_example_calibrates_and_improves_on_held_out_runs(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): throughput
-    and TPOT are predicted better, with their run held out of the fit, than by the preset; the TTFTs are not (the
-    preset's `request_latency_us` is fitted to the corpus, which holds these runs), which it says, so only `--force`
+def test_the_worked_example_fit_is_refused_where_the_preset_carries_its_runs(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): the preset,
+    fitted to a corpus that holds these runs, already carries them, and the calibrated term predicts each kind of
+    figure worse with its run held out than the preset does; `calibrate` says so for all three and only `--force`
     writes it; the committed engine file is what it writes."""
     example = ROOT / "docs/examples/sglang-cookbook-dsr1-b200"
     out = tmp_path / "sglang-cookbook-dsr1-b200.yaml"
@@ -246,13 +248,15 @@ def test_the_worked_example_calibrates_and_improves_on_held_out_runs(tmp_path: P
     code, text = run_cli(monkeypatch, capsys, *args)
     assert code == 0, text
     report = json.loads(text)
-    # the graph floor falls (these runs ask less of a B200 step's small kernels than the preset's per-layer term
-    # gives), inside its range; the preset's request_latency_us is fitted to the corpus, which holds these TTFTs
-    assert [o.split(",")[0] for o in report["objections"]] == ["its TTFT figures"]
-    assert 0.5 < report["engine"]["decode_graph_floor_us"] < 3
-    for labels in (("output tok/s",), ("median TPOT ms",)):
+    assert [o.split(",")[0] for o in report["objections"]] == [
+        "its throughput figures",
+        "its TPOT figures",
+        "its TTFT figures",
+    ]
+    assert 0.5 < report["engine"]["decode_graph_floor_us"] < 3  # inside its range: not an objection
+    for labels in (("output tok/s",), ("median TPOT ms",), ("median TTFT ms",)):
         rows = [r for r in report["runs"] if r["figure"] in labels]
-        assert len(rows) == 9 and _rms(rows, "leave_one_out") < _rms(rows, "before"), labels
+        assert len(rows) == 9 and _rms(rows, "leave_one_out") > _rms(rows, "before"), labels
     committed = ROOT / "engines/sglang-cookbook-dsr1-b200.yaml"
     assert yaml.safe_load(out.read_text()) == yaml.safe_load(committed.read_text())
     assert (example / "SOURCES.md").is_file()

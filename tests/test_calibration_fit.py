@@ -77,6 +77,20 @@ def test_b200_preset_holds_the_whole_fit_of_its_committed_profile() -> None:
         assert r.rms_after <= r.rms_before, r.group
 
 
+def test_a100_preset_holds_the_whole_fit_of_its_committed_profile() -> None:
+    """`phaseplan profile fit --profile profiles/a100-vllm.json --hardware a100`: AIConfigurator's A100 tables (vLLM
+    kernels, no MLA rows: Ampere has no MLA kernels) set every factor the preset holds, and no group fits worse."""
+    a100 = HardwareSpec(**presets.hardware("a100"))
+    doc = json.loads((ROOT / "profiles" / "a100-vllm.json").read_text())
+    result = fit.fit(doc, a100)
+    assert a100.roofline is not None and "a100-vllm.json" in a100.roofline.source
+    assert doc["device"] == "NVIDIA A100" and "decode_attention_mla" not in doc["kernels"]
+    assert a100.allreduce_latency_us == result.hardware["allreduce_latency_us"]
+    assert a100.roofline.factors == result.factors
+    for r in result.residuals:
+        assert r.rms_after <= r.rms_before, r.group
+
+
 def test_fit_refuses_a_modeled_profile_and_unknown_factors() -> None:
     with pytest.raises(InputError, match="measured profile"):
         fit.fit_file(ROOT / "profiles" / "h200-modeled.json", H200)
@@ -134,7 +148,7 @@ def test_a_pools_fp8_read_factor_replaces_the_rooflines_for_that_pool_only() -> 
     assert mem == pytest.approx(base * 13.58 / roofline.FP8_KV_DEQUANT_FACTOR)
 
 
-@pytest.mark.parametrize("hardware, fitted", [("h200", True), ("b200", True), ("h100", False)])
+@pytest.mark.parametrize("hardware, fitted", [("h200", True), ("b200", True), ("a100", True), ("h100", False)])
 def test_a_result_says_whether_its_roofline_factors_were_fitted(hardware: str, fitted: bool) -> None:
     """Ops priced by the roofline use the hardware's factors: a Result names where fitted ones came from, and its
     report line says so; judged factors add nothing."""

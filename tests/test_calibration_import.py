@@ -312,19 +312,15 @@ def test_a_bad_table_is_one_line_exit_2_and_nothing_written(tmp_path, monkeypatc
     assert "moe_perf.parquet" in text and not out.exists()
 
 
+def import_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], data: Path, out: Path, *more: str):
+    """`phaseplan profile import aiconfigurator --data DATA --out OUT [more]`: (exit code, output)."""
+    args = ["profile", "import", "aiconfigurator", "--data", str(data), "--out", str(out), *more]
+    return run_cli(monkeypatch, capsys, *args)
+
+
 def test_no_package_and_no_folder_is_one_line(tmp_path, monkeypatch, capsys) -> None:
     out = tmp_path / "p.json"
-    code, text = run_cli(
-        monkeypatch,
-        capsys,
-        "profile",
-        "import",
-        "aiconfigurator",
-        "--data",
-        str(tmp_path / "nowhere"),
-        "--out",
-        str(out),
-    )
+    code, text = import_cli(monkeypatch, capsys, tmp_path / "nowhere", out)
     assert code == 2 and "no AIConfigurator data folder" in text and not out.exists()
 
 
@@ -446,3 +442,39 @@ def test_a_newer_release_without_the_table_does_not_hide_the_one_with_it(tmp_pat
     doc = json.loads(out.read_text())
     assert doc["measured_by"]["tables"]["moe"]["version"] == V
     assert [r["median_us"] for r in rows(doc, "fused_moe")] == [30.0, 430.0]
+
+
+def test_a_gpu_without_mla_kernels_imports_without_mla_rows(tmp_path, monkeypatch, capsys) -> None:
+    """AIConfigurator's A100 folders hold no SGLang/vLLM MLA tables (Ampere has no MLA kernels) and attention tables
+    of an older collection, without `window_size`: the profile has no MLA rows, the GQA attention rows are read as
+    full attention (window 0), and its notes say both."""
+    import shutil
+
+    data = fixture_tables(tmp_path / "a100_sxm")
+    shutil.rmtree(data / "mla")
+    shutil.rmtree(data / "mla_bmm")
+    for file in ("generation_attention_perf.parquet", "context_attention_perf.parquet"):
+        path = data / "attention" / "sglang" / V / file
+        table = pq.read_table(path)
+        table = table.filter(pa.compute.equal(table["window_size"], 0))
+        pq.write_table(table.drop(["window_size"]), path)
+    out = tmp_path / "p.json"
+    code, text = import_cli(monkeypatch, capsys, data, out, "--system", "a100_sxm")
+    assert code == 0, text
+    doc = json.loads(out.read_text())
+    assert "decode_attention_mla" not in doc["kernels"] and doc["device"] == "NVIDIA A100"
+    assert {r["batch"] for r in rows(doc, "gemm")} == {1}  # no absorbed MLA bmm
+    assert [(r["context"], r["median_us"]) for r in rows(doc, "decode_attention_gqa")] == [(2048, 12.0)]
+    assert [(r["qk_dim"], r["median_us"]) for r in rows(doc, "prefill_attention")] == [(128, 40.0)]
+    notes = doc["measured_by"]["notes"]
+    assert any("No context_mla, generation_mla, mla_bmm table" in n for n in notes)
+    assert any("generation_attention has no window_size column" in n for n in notes)
+    assert "generation_mla" not in doc["measured_by"]["tables"]
+
+
+def test_a_table_every_gpu_has_is_still_required(tmp_path, monkeypatch, capsys) -> None:
+    """Only MLA's tables may be absent: a GPU's missing GQA attention table is an error, as before."""
+    data = fixture_tables(tmp_path / "a100_sxm", skip="generation_attention")
+    out = tmp_path / "p.json"
+    code, text = import_cli(monkeypatch, capsys, data, out)
+    assert code == 2 and "generation_attention" in text and not out.exists()

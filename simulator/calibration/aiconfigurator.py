@@ -63,9 +63,13 @@ NOTES = (
     "int4_wo MoE rows (Marlin) carry no group size; they are keyed as group 32, Kimi K2's released scheme, "
     "which the 384-expert rows were collected for.",
     "Collective message_size is taken as elements of 2 bytes (bf16/half): at 512M the custom all-reduce then "
-    "runs ~470 GB/s bus bandwidth on 8 GPUs, NVLink-like, where bytes would give half of that.",
-    "The all-gather is NCCL's (collected in a TRT-LLM container); the all-reduce is SGLang's custom all-reduce "
-    "under CUDA graphs.",
+    "runs NVLink-like bus bandwidth on 8 GPUs (H200 ~470 GB/s, A100 ~222 GB/s of its 300), where bytes would give "
+    "half of that.",
+)
+# the all-reduce is the backend's own: its name is filled in at conversion
+ALLREDUCE_NOTE = (
+    "The all-gather is NCCL's (collected in a TRT-LLM container); the all-reduce is {}'s custom all-reduce "
+    "under CUDA graphs."
 )
 
 
@@ -77,6 +81,9 @@ class Table:
     file: str
     columns: tuple[str, ...]
     framework_dir: str | None = None  # None: the backend's folder; "nccl": the NCCL folder
+    optional: bool = False  # MLA's: a GPU without MLA kernels (Ampere) has none, and its profile has no MLA rows
+    # columns an older collection lacks, and the value it measured at (A100's attention tables predate windows)
+    implied: tuple[tuple[str, Any], ...] = ()
 
 
 TABLES: dict[str, Table] = {
@@ -85,16 +92,19 @@ TABLES: dict[str, Table] = {
         "mla_bmm",
         "mla_bmm_perf.parquet",
         ("op_name", "kernel_source", "bmm_dtype", "num_tokens", "num_heads", "latency"),
+        optional=True,
     ),
     "generation_mla": Table(
         "mla",
         "generation_mla_perf.parquet",
         ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "step", "latency"),
+        optional=True,
     ),
     "context_mla": Table(
         "mla",
         "context_mla_perf.parquet",
         ("kernel_source", "kv_cache_dtype", "num_heads", "batch_size", "isl", "latency"),
+        optional=True,
     ),
     "generation_attention": Table(
         "attention",
@@ -111,6 +121,7 @@ TABLES: dict[str, Table] = {
             "window_size",
             "latency",
         ),
+        implied=(("window_size", 0),),
     ),
     "context_attention": Table(
         "attention",
@@ -127,6 +138,7 @@ TABLES: dict[str, Table] = {
             "window_size",
             "latency",
         ),
+        implied=(("window_size", 0),),
     ),
     "moe": Table(
         "moe",
@@ -176,6 +188,7 @@ class Read:
     rows: list[Row]
     provenance: str
     kernels: set[str] = field(default_factory=set)
+    implied: dict[str, Any] = field(default_factory=dict)  # columns the table lacked, at the value they were read at
 
 
 def data_root(system: str, data: Path | None) -> tuple[Path, str]:
@@ -234,27 +247,37 @@ def _meta(folder: Path) -> tuple[str, str, str]:
     )
 
 
-def read_table(root: Path, backend: str, version: str | None, name: str) -> Read:
-    """Read one table's needed columns; a missing file, column or unreadable Parquet is an InputError."""
+def read_table(root: Path, backend: str, version: str | None, name: str) -> Read | None:
+    """Read one table's needed columns; a missing file, column or unreadable Parquet is an InputError, except an
+    optional table the system lacks altogether (None)."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise InputError("reading AIConfigurator tables needs pyarrow: pip install 'phaseplan[calibration]'") from None
     t = TABLES[name]
     framework_dir = t.framework_dir or backend
-    folder = _pick_version(
-        root / t.op / framework_dir, None if t.framework_dir else version, f"{t.op} {framework_dir}", t.file
-    )
+    try:
+        folder = _pick_version(
+            root / t.op / framework_dir, None if t.framework_dir else version, f"{t.op} {framework_dir}", t.file
+        )
+    except InputError:
+        if t.optional:
+            return None
+        raise
     path = folder / t.file
     if not path.exists():
+        if t.optional:
+            return None
         raise InputError(f"{path}: missing {TOOL} table ({name})")
     input_files.size(path, input_files.AIC_TABLE)  # a regular file of bounded size, before pyarrow opens it
     try:
         schema = pq.read_schema(path)
-        missing = [c for c in t.columns if c not in schema.names]
+        implied = {c: v for c, v in t.implied if c not in schema.names}
+        missing = [c for c in t.columns if c not in schema.names and c not in implied]
         if missing:
             raise InputError(f"{path}: table lacks column(s) {', '.join(missing)}")
-        rows = pq.read_table(path, columns=list(t.columns)).to_pylist()
+        rows = pq.read_table(path, columns=[c for c in t.columns if c not in implied]).to_pylist()
+        rows = [{**implied, **r} for r in rows]
     except InputError:
         raise
     except Exception as e:  # pyarrow raises several types for a damaged file
@@ -268,7 +291,7 @@ def read_table(root: Path, backend: str, version: str | None, name: str) -> Read
             raise InputError(f"{path}: row {i} has latency {lat!r} (expected milliseconds in [0, {top_ms:.0e}])")
     framework, fw_version, provenance = _meta(folder)
     framework = FRAMEWORKS.get(framework.lower(), framework)
-    return Read(path, framework, fw_version, rows, provenance)
+    return Read(path, framework, fw_version, rows, provenance, implied=implied)
 
 
 def _preferred(rows: Iterable[Row], key: Callable[[Row], tuple], read: Read) -> dict[tuple, Row]:
@@ -295,7 +318,7 @@ def _us(row: Row) -> float:
 
 
 def _gemm(t: dict[str, Read]) -> list[Entry]:
-    g, b = t["gemm"], t["mla_bmm"]
+    g = t["gemm"]
     out = []
     rows = _preferred(
         (r for r in g.rows if r["gemm_dtype"] in WEIGHTS and r["gemm_dtype"] != "int4_wo"),
@@ -305,6 +328,9 @@ def _gemm(t: dict[str, Read]) -> list[Entry]:
     for (dtype, m, n, k), r in rows.items():
         w, group = WEIGHTS[dtype]
         out.append(({"m": m, "n": n, "k": k, "batch": 1, "weights": w, "group": group}, _us(r)))
+    if "mla_bmm" not in t:
+        return out
+    b = t["mla_bmm"]
     # MLA's absorbed per-head bmm: W_UK (q_nope 128 -> latent 512) before, W_UV (latent 512 -> v 128) after.
     nk = {"mla_gen_pre": (512, 128), "mla_gen_post": (128, 512)}
     rows = _preferred(
@@ -368,12 +394,17 @@ def _decode_attention_gqa(t: dict[str, Read]) -> list[Entry]:
 
 
 def _prefill_attention(t: dict[str, Read]) -> list[Entry]:
-    mla, gqa = t["context_mla"], t["context_attention"]
+    gqa = t["context_attention"]
     out = []
-    rows = _preferred(
-        (r for r in mla.rows if r["kv_cache_dtype"] == "bfloat16" and r["batch_size"] == 1),
-        lambda r: (r["num_heads"], r["isl"]),
-        mla,
+    mla = t.get("context_mla")
+    rows = (
+        _preferred(
+            (r for r in mla.rows if r["kv_cache_dtype"] == "bfloat16" and r["batch_size"] == 1),
+            lambda r: (r["num_heads"], r["isl"]),
+            mla,
+        )
+        if mla
+        else {}
     )
     for (heads, isl), r in rows.items():
         out.append(
@@ -409,6 +440,7 @@ def _prefill_attention(t: dict[str, Read]) -> list[Entry]:
     return out
 
 
+DEVICES = {"h200_sxm": "H200", "h100_sxm": "H100", "b200_sxm": "B200", "a100_sxm": "A100"}  # a system's GPU
 MOE_DISTRIBUTIONS = ("power_law_1.01", "power_law_1.2", "balanced")  # the first: AIConfigurator's DeepSeek default
 
 
@@ -491,10 +523,14 @@ def convert(
     from simulator.calibration.modeled_profile import git_commit
 
     root, tool_version = data_root(system, data)
-    reads = {name: read_table(root, backend, version, name) for name in TABLES}
+    found_reads = {name: read_table(root, backend, version, name) for name in TABLES}
+    reads = {name: r for name, r in found_reads.items() if r is not None}
+    absent = sorted(name for name, r in found_reads.items() if r is None)
     kernels: dict[str, list[dict[str, Any]]] = {}
     tables: dict[str, Any] = {}
     for family, (names, mapping) in MAPPINGS.items():
+        if not any(n in reads for n in names):
+            continue  # only an optional table can be absent: its family stays on the roofline
         found = mapping(reads, moe_distribution) if family == "fused_moe" else mapping(reads)
         entries = sorted(found, key=lambda e: json.dumps(e[0], sort_keys=True))
         if not entries:
@@ -518,10 +554,22 @@ def convert(
         }
     framework = reads["gemm"].framework
     fw_versions = sorted({r.version for n, r in reads.items() if TABLES[n].framework_dir is None}, key=_version_key)
-    device = {"h200_sxm": "H200", "h100_sxm": "H100", "b200_sxm": "B200"}.get(system, system)
+    device = DEVICES.get(system, system)
     summary = f"measured on {device} by {TOOL} {tool_version} ({framework} {'/'.join(fw_versions)} kernels)"
+    lacking = (
+        [
+            f"No {', '.join(absent)} table for {system} / {backend} (MLA kernels: Ampere has none): those ops stay "
+            "on the roofline."
+        ]
+        if absent
+        else []
+    ) + [
+        f"{name} has no {c} column (an older collection): read as {c} {v}."
+        for name, r in reads.items()
+        for c, v in r.implied.items()
+    ]
     return {
-        "device": f"NVIDIA {device}" if device in ("H200", "H100", "B200") else system,
+        "device": f"NVIDIA {device}" if system in DEVICES else system,
         "source": "measured",
         "measured_by": {
             "summary": summary,
@@ -537,6 +585,8 @@ def convert(
             "moe_distribution": moe_distribution,
             "notes": [
                 *NOTES,
+                ALLREDUCE_NOTE.format(reads["allreduce"].framework),
+                *lacking,
                 f"fused_moe rows are the '{moe_distribution}' token-to-expert distribution (a fit prices "
                 "them at it: experts touched and the busiest EP rank, simulator/pricing/expert_routing.py).",
             ],

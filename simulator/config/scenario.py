@@ -476,6 +476,32 @@ class Retries(Strict):
     )
 
 
+class BenchRandom(Strict):
+    """SGLang's benchmark client (`python -m sglang.bench_serving --dataset-name random`) drawing the lengths: a
+    published run of it is reproduced request by request, its lengths the ones the run sent, not a fresh sample of
+    their distribution (a run of ten requests has a median of its own)."""
+
+    input_len: PositiveInt = Field(description="--random-input-len: the longest prompt it draws.")
+    output_len: PositiveInt = Field(description="--random-output-len: the longest output it draws.")
+    range_ratio: float = Field(
+        0.0, ge=0.0, le=1.0, description="--random-range-ratio: the shortest draw's share of the longest (default 0)."
+    )
+    seed: int = Field(1, ge=0, lt=2**32, description="--seed (its default 1).")
+    zero_outputs: bool = Field(
+        False,
+        description="Outputs drawn from 0, as SGLang 0.5.6.post1 and before drew them (from 1 since 0.5.6.post2); a "
+        "0 is served as 1 token.",
+    )
+
+    def prompt_tokens(self) -> Length:
+        """The distribution the prompts are drawn from."""
+        return Length(dist="uniform", low=max(int(self.input_len * self.range_ratio), 1), high=self.input_len)
+
+    def output_tokens(self) -> Length:
+        """The distribution the outputs are drawn from (a drawn 0 is served as 1 token)."""
+        return Length(dist="uniform", low=max(int(self.output_len * self.range_ratio), 1), high=self.output_len)
+
+
 class Traffic(Strict):
     concurrency: PositiveInt | None = Field(
         None, description="Closed loop: clients, each sending its next request when its previous one ends."
@@ -520,12 +546,19 @@ class Traffic(Strict):
     truncate_to_context: bool = Field(
         False, description="Cut prompts longer than the model's context instead of refusing them."
     )
+    bench_random: BenchRandom | None = Field(
+        None,
+        description="The lengths as SGLang's bench_serving draws them for its random dataset, in its order (a "
+        "published run's own requests; needs `requests`, its --num-prompts); sets prompt_tokens and output_tokens.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Traffic:
         given = [k for k in ("concurrency", "rate", "trace") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of concurrency, rate, trace (got {given or 'none'})")
+        if self.bench_random is not None:
+            self._bench_lengths(self.bench_random)
         if self.concurrency is not None and self.duration_s is None and self.requests is None:
             self.requests = 4 * self.concurrency
         if self.rate is not None and self.duration_s is None and self.requests is None:
@@ -534,12 +567,26 @@ class Traffic(Strict):
             raise ValueError("agentic: agent tasks are their own sessions; leave sessions.turns at 1")
         return self
 
+    def _bench_lengths(self, b: BenchRandom) -> None:
+        """The client's draws are the lengths: they replace prompt_tokens and output_tokens (given ones must be the
+        same distributions, as a dumped scenario's are), and are sized by the run's request count."""
+        if self.requests is None:
+            raise ValueError("bench_random needs requests: the run's --num-prompts, which sizes its draws")
+        if self.trace is not None or self.agentic is not None or self.sessions.turns > 1:
+            raise ValueError("bench_random draws single requests: not with a trace, sessions or agent tasks")
+        for name, length in (("prompt_tokens", b.prompt_tokens()), ("output_tokens", b.output_tokens())):
+            if name in self.model_fields_set and getattr(self, name) != length:
+                raise ValueError(f"give bench_random or {name}, not both (bench_random draws the lengths)")
+            setattr(self, name, length)
+
     @model_serializer(mode="wrap")
     def _without_agentic(self, handler: Any) -> Any:
-        """Traffic without agent tasks dumps as it did before they existed: Results keep their bytes."""
+        """Traffic without agent tasks or the benchmark client's draws dumps as it did before they existed: Results
+        keep their bytes."""
         data = handler(self)
-        if isinstance(data, dict) and data.get("agentic", 0) is None:
-            del data["agentic"]
+        for key in ("agentic", "bench_random"):
+            if isinstance(data, dict) and data.get(key, 0) is None:
+                del data[key]
         return data
 
     @property

@@ -17,6 +17,7 @@ import numpy as np
 
 from simulator.config.scenario import Diurnal, Length, Traffic
 from simulator.errors import InputError
+from simulator.workload import bench_random
 from simulator.workload.lengths import sample
 from simulator.workload.request import Request
 from simulator.workload.traces import UNIQUE_ROOT, chain_rows, load_trace, stream_blocks, stream_key
@@ -105,6 +106,18 @@ class _Draws:
         return self._buf[self._pos - n : self._pos].tolist()
 
 
+class _Listed:
+    """Lengths given in issue order (a benchmark client's own draws, `bench_random`)."""
+
+    def __init__(self, values: list[int]) -> None:
+        self._values = values
+        self._pos = 0
+
+    def take(self, n: int) -> list[int]:
+        self._pos += n
+        return self._values[self._pos - n : self._pos]
+
+
 class SyntheticSource(TrafficSource):
     """Generated traffic. A prompt is the shared system prompt (`shared_prefix_tokens`, added to the sampled
     `prompt_tokens`) and then content of its own stream: one per request, or one per conversation, whose
@@ -120,8 +133,14 @@ class SyntheticSource(TrafficSource):
             self._tools = _Draws(self._agentic.tool_output_tokens, np.random.default_rng(tool_seq), base_dir)
             self._pauses = np.random.default_rng(tool_seq.spawn(1)[0])
             self._waiting: dict[int, list[int]] = {}  # task -> [sub-agents still running, report tokens so far]
-        self._prompts = _Draws(traffic.prompt_tokens, np.random.default_rng(prompt_seq), base_dir)
-        self._outputs = _Draws(traffic.output_tokens, np.random.default_rng(output_seq), base_dir)
+        self._prompts: _Draws | _Listed
+        self._outputs: _Draws | _Listed
+        if traffic.bench_random is not None and traffic.requests is not None:
+            prompts, outputs = bench_random.lengths(traffic.bench_random, traffic.requests)
+            self._prompts, self._outputs = _Listed(prompts), _Listed(outputs)
+        else:
+            self._prompts = _Draws(traffic.prompt_tokens, np.random.default_rng(prompt_seq), base_dir)
+            self._outputs = _Draws(traffic.output_tokens, np.random.default_rng(output_seq), base_dir)
         self._shared = chain_rows([range(traffic.shared_prefix_tokens // BLOCK_TOKENS)], SYSTEM_ROOT)[0]
         self._root = self._shared[-1] if self._shared else UNIQUE_ROOT
         self._issued = 0
