@@ -358,6 +358,7 @@ CLASS_AT: dict[str, tuple[tuple[str, ...], Any]] = {
     "ScorerWeights": (("routing", "weights"), lambda: {}),
     "SLO": (("slo",), lambda: {}),
     "Cost": (("cost",), lambda: {}),
+    "BenchRandom": (("traffic", "bench_random"), lambda: {"input_len": 100, "output_len": 10}),
     "FormatRule": (("model", "formats", "int4"), lambda: {"components": ["attention"]}),
     "RooflineFit": (("hardware", "roofline"), lambda: {"source": "t", "factors": {}}),
     "Speculative": (("deployment", "decode", "speculative"), lambda: {"method": "mtp", "acceptance": 1.5}),
@@ -366,6 +367,7 @@ CLASS_AT: dict[str, tuple[tuple[str, ...], Any]] = {
 }
 # (class, field)s whose schema type already stops a value past the bound's top (≤ 1, a validator of its own)
 SCHEMA_FIRST = {
+    ("BenchRandom", "range_ratio"),  # a share: ≤ 1 in the schema
     ("Pool", "tp"),
     ("Pool", "ep"),
     ("Pool", "nodes"),

@@ -523,6 +523,11 @@ class Traffic(Strict):
         "auto", description="The trace's format; auto: recognised from the file."
     )
     trace_speedup: PositiveFloat = Field(1.0, description="Trace replay speed, times real time.")
+    bench_random: BenchRandom | None = Field(
+        None,
+        description="The lengths as SGLang's bench_serving draws them for its random dataset, in its order (a "
+        "published run's own requests; needs `requests`, its --num-prompts); sets prompt_tokens and output_tokens.",
+    )
     prompt_tokens: Length = Field(
         default_factory=lambda: Length(value=2048),
         description="Prompt lengths in tokens (a distribution, or a bare integer).",
@@ -545,11 +550,6 @@ class Traffic(Strict):
     )
     truncate_to_context: bool = Field(
         False, description="Cut prompts longer than the model's context instead of refusing them."
-    )
-    bench_random: BenchRandom | None = Field(
-        None,
-        description="The lengths as SGLang's bench_serving draws them for its random dataset, in its order (a "
-        "published run's own requests; needs `requests`, its --num-prompts); sets prompt_tokens and output_tokens.",
     )
 
     @model_validator(mode="after")
