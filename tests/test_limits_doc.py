@@ -35,6 +35,7 @@ WHERE = {  # schema class -> where its fields sit in a scenario
     "Routing": "`routing`",
     "ScorerWeights": "`routing.weights`",
     "Traffic": "`traffic`",
+    "BenchRandom": "`traffic.bench_random`",
     "Length": "`traffic.prompt_tokens`, `traffic.output_tokens`",
     "Diurnal": "`traffic.diurnal`",
     "Sessions": "`traffic.sessions`",
