@@ -216,7 +216,7 @@ def test_a_ray_cluster_that_never_answers_is_one_line_within_the_limit(silent_se
 def test_sigterm_while_ray_connects_ends_in_one_line(silent_server) -> None:
     pytest.importorskip("ray")
     proc = _phaseplan(f"127.0.0.1:{silent_server}")
-    time.sleep(6)  # past Ray's import, inside ray.init's wait for the cluster
+    time.sleep(4.5)  # past Ray's import, inside ray.init's wait for the cluster, before its 5 s warning
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)
