@@ -27,7 +27,7 @@ def lengths(b: BenchRandom, requests: int) -> tuple[list[int], list[int]]:
     """The prompt and output lengths of the run's `requests` requests, in the order the client sends them (an
     output drawn as 0, possible with `zero_outputs`, is served as 1 token: every request here generates one)."""
     draw = np.random.RandomState(b.seed)  # the legacy generator numpy's global `np.random.seed` seeds
-    prompts = draw.randint(max(int(b.input_len * b.range_ratio), 1), b.input_len + 1, size=requests)
-    shortest = int(b.output_len * b.range_ratio)
-    outputs = draw.randint(shortest if b.zero_outputs else max(shortest, 1), b.output_len + 1, size=requests)
+    p, o = b.prompt_tokens(), b.output_tokens()  # the uniform ranges it draws from (outputs from 1)
+    prompts = draw.randint(p.low, p.high + 1, size=requests)
+    outputs = draw.randint(int(b.output_len * b.range_ratio) if b.zero_outputs else o.low, o.high + 1, size=requests)
     return prompts.tolist(), np.maximum(outputs, 1).tolist()
