@@ -209,6 +209,42 @@ def test_gqa_replicates_kv_heads_beyond_tp() -> None:
     assert "moe_gemm" not in counts(ops)
 
 
+def test_minimax_all_reduces_its_qk_norm_across_tp_ranks_every_layer() -> None:
+    """MiniMax-M2 normalizes queries and keys over all heads: with the heads split by TP a layer sums the squares
+    (one kernel), all-reduces those two floats a row, and applies them (one kernel); on one GPU no all-reduce.
+    A norm per head (Qwen3) is not priced (ops._qk_norm says why)."""
+    minimax = ModelSpec(**presets.model("minimax-m2"))
+    plain = minimax.model_copy(update={"attention": minimax.attention.model_copy(update={"qk_norm": "none"})})
+    tp8, tp1 = Pool(tp=8, ep=8, weights="fp8"), Pool(tp=1, weights="fp8")
+    more = counts(step_ops(minimax, tp8, 4, 1000, (), 0)) - counts(step_ops(plain, tp8, 4, 1000, (), 0))
+    assert more == Counter({"elementwise": 2 * 62, "allreduce": 62})
+    reduce = [op for op in step_ops(minimax, tp8, 4, 1000, (), 0) if op.family == "allreduce"]
+    assert any(op.params["bytes"] == 4 * 2 * 4 and op.count == 62 for op in reduce)  # 4 rows, 2 floats of 4 bytes
+    assert "allreduce" not in counts(step_ops(minimax, tp1, 4, 1000, (), 0)) - counts(
+        step_ops(plain, tp1, 4, 1000, (), 0)
+    )
+    qwen = ModelSpec(**presets.model("qwen3-8b"))
+    bare = qwen.model_copy(update={"attention": qwen.attention.model_copy(update={"qk_norm": "none"})})
+    assert qwen.attention.qk_norm == "per_head"
+    assert counts(step_ops(qwen, Pool(tp=1), 4, 1000, (), 0)) == counts(step_ops(bare, Pool(tp=1), 4, 1000, (), 0))
+
+
+@pytest.mark.parametrize(
+    "model, chained",
+    [("glm-4.6", True), ("deepseek-r1", False), ("kimi-k2.6", False), ("glm-5.2", False), ("qwen3-235b-a22b", False)],
+)
+def test_a_grouped_router_the_engines_gate_cannot_take_runs_as_a_chain(model: str, chained: bool) -> None:
+    """SGLang fuses a grouped router for power-of-two expert counts and Kimi's 384: GLM-4.6's 160 experts run the
+    chain (the engine's `router_chain_kernels` per MoE layer), DeepSeek's 256 and Kimi's 384 one kernel; a router
+    that is not grouped (Qwen3's softmax top-k) never chains; an engine with no chain (0) adds nothing."""
+    spec = ModelSpec(**presets.model(model))
+    assert spec.moe is not None
+    extra = counts(step_ops(spec, Pool(tp=8, router_chain_kernels=8), 4, 1000, (), 0)) - counts(
+        step_ops(spec, Pool(tp=8), 4, 1000, (), 0)
+    )
+    assert extra == (Counter({"elementwise": 8 * spec.moe_layers}) if chained else Counter())
+
+
 def test_profile_shapes_hold_every_study_shape() -> None:
     pool = Pool(tp=8, weights="int4", kv_cache="fp8_e4m3")
     shapes = profile_shapes([(GLM5, pool)])

@@ -195,6 +195,8 @@ DENSE |= {"intermediate_size": 128, "vocab_size": 100}
             {**DENSE, "quantization_config": {"quant_method": "fp8", "modules_to_not_convert": ["x"] * 20_001}},
             "more than 20,000 module names",
         ),
+        ({**DENSE, "use_qk_norm": True, "qk_norm_type": "per_token"}, "qk_norm_type 'per_token'"),
+        ({**DENSE, "use_qk_norm": True, "qk_norm_type": ["per_layer"]}, "qk_norm_type ['per_layer']"),
     ],
 )
 def test_a_config_that_cannot_be_read_is_one_line(
@@ -212,3 +214,24 @@ def test_a_config_is_read_within_its_limit(tmp_path: Path) -> None:
     (tmp_path / "folder.json").mkdir()
     with pytest.raises(InputError, match="model config '.*folder.json' not found"):
         presets.model(str(tmp_path / "folder.json"))
+
+
+def test_qk_norm_and_the_grouped_router_are_read_from_the_config() -> None:
+    """use_qk_norm with qk_norm_type per_layer (MiniMax-M2) normalizes across heads; Qwen3 per head without saying
+    so; a config naming n_group (or noaux_tc) routes by groups, as DeepSeek-V3's and GLM-4's families always do."""
+    from simulator.config import hf_config
+
+    qwen = hf_config.build({**DENSE, "model_type": "qwen3"}, "cfg", "q")
+    llama = hf_config.build(DENSE, "cfg", "l")
+    minimax = hf_config.build({**DENSE, "use_qk_norm": True, "qk_norm_type": "per_layer"}, "cfg", "m")
+    assert (qwen["attention"]["qk_norm"], minimax["attention"]["qk_norm"]) == ("per_head", "across_heads")
+    assert "qk_norm" not in llama["attention"]
+    moe = {
+        **DENSE,
+        "model_type": "qwen3_moe",
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+    }
+    assert "grouped_router" not in hf_config.build(moe, "cfg", "x")["moe"]
+    assert hf_config.build({**moe, "n_group": 8, "topk_group": 4}, "cfg", "x")["moe"]["grouped_router"] is True

@@ -90,6 +90,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("EngineSpec", "fp8_kv_fixed_us"): (0, 1e5, "µs an FP8-cache decode attention call pays beyond its bytes"),
     ("Pool", "decode_layer_us"): (0, 1e5, "µs a decode layer costs beyond its op list"),
     ("EngineSpec", "decode_layer_us"): (0, 1e5, "µs a decode layer costs beyond its op list"),
+    ("Pool", "router_chain_kernels"): (0, 64, "kernels an unfused grouped router launches per MoE layer"),
+    ("EngineSpec", "router_chain_kernels"): (0, 64, "kernels an unfused grouped router launches per MoE layer"),
     ("Pool", "request_latency_us"): (0, 1e7, "µs a request spends outside the GPU steps"),
     ("EngineSpec", "request_latency_us"): (0, 1e7, "µs a request spends outside the GPU steps"),
     ("Pool", "tbo_hidden_share"): (0, 1, "share of the all-to-alls two-batch overlap hides"),

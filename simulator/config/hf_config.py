@@ -30,6 +30,13 @@ DENSE_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 MOE_TYPES = frozenset({"qwen3_moe", "mixtral", "minimax_m2", "gpt_oss", "glm4_moe"})
 KNOWN = MLA_TYPES | DENSE_TYPES | MOE_TYPES
 QKV_BIAS_ALWAYS = frozenset({"qwen2"})  # Qwen2 has q/k/v biases without saying so in its config
+# Qwen3 normalizes each head's queries and keys without saying so in its config (transformers' Qwen3Attention
+# q_norm/k_norm); others say so with use_qk_norm, and MiniMax-M2 over all heads with qk_norm_type per_layer.
+QK_NORM_ALWAYS = frozenset({"qwen3", "qwen3_moe"})
+QK_NORM_TYPES = {"per_head": "per_head", "per_layer": "across_heads"}
+# Families whose router is DeepSeek-V3's (sigmoid, a correction bias, top-k over groups) whether or not the config
+# names n_group (transformers' DeepseekV3TopkRouter, Glm4MoeTopkRouter; Kimi K2 is DeepSeek-V3's architecture).
+GROUPED_ROUTER = frozenset({"deepseek_v3", "deepseek_v32", "kimi_k2", "glm4_moe", "glm_moe_dsa"})
 # How a family's checkpoint names its expert weights: mixtral-style `block_sparse_moe`, gpt-oss's fused experts.
 EXPERTS = {"mixtral": "block_sparse_moe.experts.0.w2", "minimax_m2": "block_sparse_moe.experts.0.w2"}
 EXPERTS_DEFAULT = "mlp.experts.0.down_proj"
@@ -171,6 +178,11 @@ def _gqa(k: _Keys, kind: str, hidden: int) -> dict[str, Any]:
         if isinstance(rotary, bool) or not isinstance(rotary, int | float) or not 0 < rotary <= 1:
             raise InputError(f"{k.where}: partial_rotary_factor: expected a share in (0, 1] (got {rotary!r:.60})")
         out["partial_rotary_factor"] = rotary
+    if k.flag("use_qk_norm", kind in QK_NORM_ALWAYS):
+        norm = k.data.get("qk_norm_type", "per_head")
+        if not isinstance(norm, str) or norm not in QK_NORM_TYPES:
+            raise InputError(f"{k.where}: qk_norm_type {norm!r:.60}: expected per_head or per_layer")
+        out["qk_norm"] = QK_NORM_TYPES[norm]
     return out
 
 
@@ -206,6 +218,8 @@ def _ffn(k: _Keys, kind: str, layers: int) -> dict[str, Any]:
         "shared_experts": shared,
     }
     moe["intermediate"] = width
+    if kind in GROUPED_ROUTER or k.has("n_group") or k.data.get("topk_method") == "noaux_tc":
+        moe["grouped_router"] = True
     return {"dense_layers": dense, "dense_intermediate": k.int("intermediate_size"), "moe": moe}
 
 

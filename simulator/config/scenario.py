@@ -46,6 +46,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "dp_sync_us": 0.0,
     "request_latency_us": 0.0,
     "decode_layer_us": 0.0,
+    "router_chain_kernels": 0,
     "overlap_scheduler": True,
     "overlap_with_speculation": False,
     "mixed_chunked_prefill": True,
@@ -171,6 +172,15 @@ class Pool(Strict):
     # kernels an engine's layer launches beyond the op's list and the gaps between them; the engine's own, fitted.
     decode_layer_us: NonNegativeFloat = Field(
         0.0, description="µs a layer of a decode-only (CUDA-graph) step costs beyond its op list (engine kernels)."
+    )
+    # A grouped router (ModelSpec.moe.grouped_router) whose expert count the engine's fused gate does not take runs
+    # as a chain of small kernels in every MoE layer: SGLang fuses it for power-of-two counts (moe_fused_gate; from
+    # 0.5.8 FlashInfer's fused top-k, both `is_power_of_two(num_experts)`) and Kimi K2's 384 (its own gate), and
+    # otherwise runs `biased_grouped_topk_impl` (layers/moe/topk.py, 0.5.6-0.5.13), a torch.compile'd chain.
+    router_chain_kernels: NonNegativeInt = Field(
+        0,
+        description="Kernels a grouped router launches per MoE layer where the engine's fused gate does not take "
+        "the model's expert count (0: always fused).",
     )
     # Block-FP8 GEMMs and grouped expert GEMMs take this factor on their tensor-core time: an engine whose kernels
     # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_serializer,
+)
 
 # nvfp4/mxfp4: FP4 e2m1 weights with block scales, run on FP4 tensor cores (W4A4); w4a8: INT4 group-wise weights
 # with FP8 activations, run on FP8 tensor cores (simulator/pricing/formats.py has the bytes and rates).
@@ -58,6 +67,14 @@ class GQA(Strict):
     head_dim: PositiveInt = Field(description="Dims per head.")
     qkv_bias: bool = Field(False, description="Biases on q, k and v (GLM-4.x: its config's attention_bias).")
     partial_rotary_factor: float = Field(1.0, gt=0, le=1, description="Share of head_dim RoPE rotates (GLM-4.x: 0.5).")
+    # Queries and keys normalized before RoPE: per head (Qwen3's q_norm/k_norm over head_dim), or over all heads
+    # at once (MiniMax-M2's `qk_norm_type: per_layer`): with the heads split by TP the ranks then all-reduce the
+    # sum of squares every layer (sglang 0.5.8 models/minimax_m2.py `MiniMaxM2RMSNormTP.forward_qk`).
+    qk_norm: Literal["none", "per_head", "across_heads"] = Field(
+        "none",
+        description="RMSNorm of queries and keys before RoPE: per head, or across all heads (under TP an "
+        "all-reduce of the sum of squares each layer); none.",
+    )
 
 
 class Indexer(Strict):
@@ -77,6 +94,14 @@ class MoE(Strict):
     top_k: PositiveInt = Field(description="Experts each token is routed to.")
     shared_experts: int = Field(ge=0, description="Shared experts every token passes through.")
     intermediate: PositiveInt = Field(description="FFN width of one expert.")
+    # DeepSeek-V3's router, which Kimi K2 and GLM-4.5 on keep: sigmoid scores plus a learned correction bias, top-k
+    # within the best expert groups (config n_group/topk_group, topk_method noaux_tc). An engine runs it as one
+    # fused kernel only for the expert counts its kernel takes (Pool.router_chain_kernels).
+    grouped_router: bool = Field(
+        False,
+        description="DeepSeek-style router: sigmoid scores with a correction bias, top-k over expert groups; "
+        "false: one softmax or sigmoid top-k.",
+    )
 
 
 class FormatRule(Strict):
@@ -264,6 +289,9 @@ class EngineSpec(Strict):
     decode_layer_us: NonNegativeFloat = Field(
         0.0, description="µs a layer of a decode-only (CUDA-graph) step costs beyond its op list (engine kernels)."
     )
+    router_chain_kernels: NonNegativeInt = Field(
+        0, description="Kernels a grouped router launches per MoE layer where the engine's fused gate does not fit."
+    )
     shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
     fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
     fp8_sparse_prefill: Literal["flashmla", "trtllm"] = Field(
@@ -310,6 +338,7 @@ class EngineSpec(Strict):
         "fp8_gemm_mma_factor",
         "fp8_gemm_mma_factor_blackwell",
         "decode_layer_us",
+        "router_chain_kernels",
         "shared_expert_overlap",
         "fuse_elementwise",
         "fp8_sparse_prefill",

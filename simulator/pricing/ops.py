@@ -44,8 +44,10 @@ of an MTP module (simulator/pricing/speculative.py composes them).
 
 Engine behaviour a pool states: `moe_routing` (experts touched and the busiest EP rank, `expert_routing.py`),
 `fuse_elementwise` (FP8 input quantization written by the norm or activation before it; RoPE and a BF16 KV
-write as one kernel), and `shared_expert_overlap`, which leaves the list alone: the cost model prices a decode
-step's two MoE streams (`moe_streams`) and keeps the longer (`overlap.py`).
+write as one kernel), `router_chain_kernels` (a grouped router the engine's fused gate does not take, run as a chain
+of small kernels), and `shared_expert_overlap`, which leaves the list alone: the cost model prices a decode step's
+two MoE streams (`moe_streams`) and keeps the longer (`overlap.py`). A model's QK norm across all heads adds its
+all-reduce of the sums of squares under TP.
 
 Not modeled: EP load imbalance without DP attention beyond `expert_imbalance`, and varlen attention kernels
 (each prefill chunk is its own attention op).
@@ -464,9 +466,28 @@ def _gqa(b: _Builder, m: Any) -> None:
     L, tp = model.layers, b.tp
     heads, kv_heads = _div(a.heads, tp), _div(a.kv_heads, tp)
     b.gemm("attention", m, (heads + 2 * kv_heads) * a.head_dim, model.hidden, L, fused_quant=True)
+    _qk_norm(b, m, heads, kv_heads)
     rope = m * (heads + kv_heads) * a.head_dim * a.partial_rotary_factor * 2 * 2
     _rope_kv_write(b, m, rope, 2 * kv_heads * a.head_dim)
     b.gemm("attention", m, model.hidden, heads * a.head_dim, L)  # o_proj
+
+
+def _qk_norm(b: _Builder, m: Any, heads: int, kv_heads: int) -> None:
+    """RMSNorm of a rank's queries and keys across all heads: a kernel summing the squares, the all-reduce of those
+    sums over the TP ranks (two floats a row), and a kernel applying them (sglang 0.5.8 models/minimax_m2.py
+    `forward_qk`: `rms_sumsq_serial`, the all-reduce, `rms_apply_serial`). A norm per head is not priced: SGLang
+    runs Qwen3's q and k norms on two streams beside each other in a captured decode step (models/qwen3.py
+    `_apply_qk_norm`), and priced as two kernels a layer they took Qwen3's sources further out (docs/calibration.md
+    §3)."""
+    a, L = b.model.attention, b.model.layers
+    assert not isinstance(a, MLA)
+    if a.qk_norm != "across_heads":
+        return
+    q, k = m * heads * a.head_dim * 2, m * kv_heads * a.head_dim * 2  # bytes of a rank's BF16 queries and keys
+    b.elementwise(q + k, L)
+    if b.tp > 1:
+        b.add("allreduce", L, bytes=m * 2 * 4, ranks=b.tp)
+    b.elementwise((q + k) * 2, L)
 
 
 def _indexed_layers(model: ModelSpec) -> int:
@@ -526,6 +547,8 @@ def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
     hd, E = model.hidden, moe.routed_experts
     b.gemm("router", m, E, hd, layers)
     b.elementwise(m * E * 4 * 2, layers)  # scores, grouped top-k
+    if moe.grouped_router and pool.router_chain_kernels and not _fused_gate(E):
+        b.elementwise(m * E * 4 * 2, layers * pool.router_chain_kernels)  # the unfused chain (Pool's comment)
     if b.fused_moe and pool.dp == 1 and pool.expert_imbalance == 1.0 and not pool.redundant_experts:
         w, g = b.fmt("routed_experts")  # the form a fused-MoE table was measured in (one TP/EP instance)
         b.add(
@@ -543,6 +566,12 @@ def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
         )
         return
     _routed(b, m_all, m, layers)
+
+
+def _fused_gate(experts: int) -> bool:
+    """Whether SGLang's fused gate takes a grouped router of this many experts: a power of two (moe_fused_gate;
+    FlashInfer's fused top-k from 0.5.8), or Kimi K2's 384 (`kimi_k2_moe_fused_gate`)."""
+    return experts & (experts - 1) == 0 or experts == 384
 
 
 def _routed(b: _Builder, m_all: Any, m: Any, layers: int) -> None:
