@@ -235,13 +235,10 @@ def test_a_run_too_long_to_simulate_is_refused() -> None:
     assert "--no-limits" not in str(e.value)
 
 
-def test_the_worked_example_fit_is_refused_where_the_preset_carries_its_runs(
-    tmp_path: Path, monkeypatch, capsys
-) -> None:
-    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): the preset,
-    fitted to a corpus that holds these runs, already carries them, and the calibrated term predicts each kind of
-    figure worse with its run held out than the preset does; `calibrate` says so for all three and only `--force`
-    writes it; the committed engine file is what it writes."""
+def test_the_worked_example_fit_carries_to_the_runs_it_has_not_seen(tmp_path: Path, monkeypatch, capsys) -> None:
+    """The SGLang cookbook's nine DeepSeek-R1 runs on 8xB200 (docs/examples/sglang-cookbook-dsr1-b200): with the
+    eager prefill launches priced the calibrated term predicts each kind of figure at least as well with its run
+    held out as the preset does, so `calibrate` raises no objection; the committed engine file is what it writes."""
     example = ROOT / "docs/examples/sglang-cookbook-dsr1-b200"
     out = tmp_path / "sglang-cookbook-dsr1-b200.yaml"
     args = ["calibrate", "--bench", "docs/examples/sglang-cookbook-dsr1-b200/bench/cookbook.jsonl"]
@@ -251,15 +248,11 @@ def test_the_worked_example_fit_is_refused_where_the_preset_carries_its_runs(
     code, text = run_cli(monkeypatch, capsys, *args)
     assert code == 0, text
     report = json.loads(text)
-    assert [o.split(",")[0] for o in report["objections"]] == [
-        "its throughput figures",
-        "its TPOT figures",
-        "its TTFT figures",
-    ]
-    assert 0.5 < report["engine"]["decode_graph_floor_us"] < 3  # inside its range: not an objection
+    assert report["objections"] == []
+    assert 0.5 < report["engine"]["decode_graph_floor_us"] < 3  # inside its range
     for labels in (("output tok/s",), ("median TPOT ms",), ("median TTFT ms",)):
         rows = [r for r in report["runs"] if r["figure"] in labels]
-        assert len(rows) == 9 and _rms(rows, "leave_one_out") > _rms(rows, "before"), labels
+        assert len(rows) == 9 and _rms(rows, "leave_one_out") <= _rms(rows, "before"), labels
     committed = ROOT / "engines/sglang-cookbook-dsr1-b200.yaml"
     assert yaml.safe_load(out.read_text()) == yaml.safe_load(committed.read_text())
     assert (example / "SOURCES.md").is_file()
@@ -270,12 +263,14 @@ def _rms(rows: list[dict], which: str) -> float:
 
 
 def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkeypatch, capsys) -> None:
-    """The worked example without --force (docs/examples/sglang-cookbook-dsr1-b200): with its run held out the fit
+    """The worked example without --force (docs/examples/sglang-cookbook-dsr1-b200) on the terms before SGLang's
+    eager prefill launches were priced (no launch floor, the 88.4 ms request term): with its run held out the fit
     puts the TTFT figures further off than the preset does; it says so, exits 1 and writes nothing. (GPUStack's
     GLM-5.2 runs, the issue's example, were refused so until the presets of 2026-12-06; docs/calibration.md §5.)"""
     out = tmp_path / "dsr1.yaml"
     args = ["calibrate", "--bench", "docs/examples/sglang-cookbook-dsr1-b200/bench/cookbook.jsonl"]
     args += ["--scenario", "docs/examples/sglang-cookbook-dsr1-b200/deployment.yaml", "--out", str(out)]
+    args += ["--set", "deployment.decode.eager_kernel_us=0", "--set", "deployment.decode.request_latency_us=88435"]
     monkeypatch.chdir(ROOT)
     code, text = run_cli(monkeypatch, capsys, *args)
     text = " ".join(text.split())

@@ -16,7 +16,7 @@ from simulator.config.specs import HardwareSpec, ModelSpec
 from simulator.errors import InputError
 from simulator.pricing import roofline
 from simulator.pricing.costmodel import CostModel
-from simulator.pricing.ops import Op, expected_experts, profile_shapes, step_lines, step_ops
+from simulator.pricing.ops import Op, compiled_kernels, expected_experts, profile_shapes, step_lines, step_ops
 from simulator.pricing.profile import Profile
 from simulator.pricing.usage import Usage
 
@@ -243,6 +243,8 @@ def test_a_grouped_router_the_engines_gate_cannot_take_runs_as_a_chain(model: st
         step_ops(spec, Pool(tp=8), 4, 1000, (), 0)
     )
     assert extra == (Counter({"elementwise": 8 * spec.moe_layers}) if chained else Counter())
+    # launched eagerly, the chain is one torch.compile'd call a layer, not eight launches
+    assert compiled_kernels(spec, Pool(tp=8, router_chain_kernels=8)) == (7 * spec.moe_layers if chained else 0)
 
 
 def test_profile_shapes_hold_every_study_shape() -> None:
@@ -434,6 +436,54 @@ def test_mixed_step_and_breakdown() -> None:
     assert sum(parts.values()) == pytest.approx(mixed, rel=1e-12)
     assert {"prefill_attention", "decode_attention_mla", "integrity_check", "moe_gemm"} <= set(parts)
     assert cm.step_s(0, 0, 0, [(2048, 0)]) < mixed
+
+
+def kernels(model: ModelSpec, pool: Pool, decode: int, chunks: int) -> int:
+    """Launches of an eager step: its op list's kernels, a compiled chain's as one call a layer."""
+    return sum(op.count for op in step_ops(model, pool, decode, 1, [(1, 0)] * chunks)) - compiled_kernels(model, pool)
+
+
+def test_an_eager_step_lasts_at_least_its_kernels_launches() -> None:
+    """A step with prefill rows launched eagerly cannot end before the CPU has launched its kernels: short prompts
+    are bound by kernels × `eager_kernel_us`, long ones by the GPU; decode-only (graphed) steps never."""
+    pool = Pool(tp=8, weights="fp8", eager_kernel_us=50.0)
+    cm, gpu = CostModel(KIMI, H200, pool, ROOF, True), CostModel(KIMI, H200, Pool(tp=8, weights="fp8"), ROOF, True)
+    short = cm.step_s(0, 0, 0, [(64, 0)])
+    assert short == pytest.approx(kernels(KIMI, pool, 0, 1) * 50.0 * 1e-6, rel=1e-12)
+    assert short > gpu.step_s(0, 0, 0, [(64, 0)])
+    assert cm.usage.seconds["fallback"] - gpu.usage.seconds["fallback"] == pytest.approx(
+        short - gpu.step_s(0, 0, 0, [(64, 0)]), rel=1e-9
+    )  # the launch time beyond the kernels is booked as modeled
+    mixed = cm.step_s(8, 8 * 1000, 8 * 16, [(64, 0), (32, 500)])
+    assert mixed == pytest.approx(kernels(KIMI, pool, 1, 2) * 50.0 * 1e-6, rel=1e-12)
+    assert cm.breakdown(8, 8 * 1000, 8 * 16, [(64, 0), (32, 500)])["eager_launch"] > 0
+    assert sum(cm.breakdown(0, 0, 0, [(64, 0)]).values()) == pytest.approx(short, rel=1e-12)
+    assert cm.step_s(0, 0, 0, [(16_384, 0)]) == gpu.step_s(0, 0, 0, [(16_384, 0)])  # the GPU's own time bounds it
+    assert cm.step_s(8, 8 * 1000, 8 * 16, []) == gpu.step_s(8, 8 * 1000, 8 * 16, [])
+    glm = ModelSpec(**presets.model("glm-4.6"))
+    chained = Pool(tp=8, router_chain_kernels=8, eager_kernel_us=50.0)
+    floor = CostModel(glm, H200, chained, ROOF, True).eager_floor_us(0, ((64, 0),))
+    assert floor == 50.0 * (kernels(glm, chained, 0, 1)) == 50.0 * (kernels(glm, Pool(tp=8), 0, 1) + glm.moe_layers)
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens", "pool", "graphed"),
+    [
+        (LLAMA, 8192, {}, True),  # GQA: up to the chunk size
+        (LLAMA, 8193, {"chunk_size": 8192}, False),
+        (KIMI, 2048, {}, True),  # MLA: up to 2,048 tokens
+        (KIMI, 2049, {}, False),
+        (KIMI, 64, {"dp": 8}, False),  # DP attention
+        (GLM5, 64, {}, False),  # a DSA model
+    ],
+)
+def test_piecewise_graphs_capture_prefill_steps_where_the_engine_allows(
+    model: ModelSpec, tokens: int, pool: dict[str, int], graphed: bool
+) -> None:
+    p = Pool(tp=8, weights="fp8", eager_kernel_us=50.0, prefill_graphs=True, **pool)
+    cm = CostModel(model, H200, p, ROOF, True)
+    assert cm.prefill_graphed(tokens) is graphed
+    assert (cm.eager_floor_us(0, ((tokens, 0),)) == 0.0) is graphed
 
 
 def whole_list_us(cm: CostModel, batch: int, ctx: int, pages: int, chunks: list[tuple[int, int]]) -> dict[str, float]:

@@ -4,9 +4,11 @@ later kernels' terms without naming them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from simulator.config import presets
+from simulator.config import loader, presets
 from simulator.config.specs import EngineSpec
 from simulator.validation import suite
 
@@ -37,7 +39,7 @@ def test_an_engine_without_later_presets_is_its_own_at_every_release() -> None:
 def test_a_later_releases_preset_holds_the_earlier_terms_but_its_own() -> None:
     earlier, later = presets.engine("sglang-0.5"), presets.engine("sglang-0.5.10")
     own = set(presets._read("engines", "sglang-0.5.10")) & set(EngineSpec.TERMS)
-    assert own == {"host_step_us", "decode_layer_us", "fp8_sparse_prefill"}
+    assert own == {"host_step_us", "decode_layer_us", "fp8_sparse_prefill", "prefill_graphs", "request_latency_us"}
     for term in EngineSpec.TERMS:
         if term not in own:
             assert later.get(term) == earlier.get(term), term
@@ -54,3 +56,18 @@ def test_the_corpus_cases_are_priced_by_their_releases_preset() -> None:
     assert cases["dsr1-b200-sglang-ix-fp8kv-tp8-1k1k-c1"].scenario.engine.name == "sglang-0.5.10"
     assert cases["dsr1-b200-sglang-tp8-1k1k-c1"].engine == "sglang-0.5"  # 0.5.6.post1
     assert cases["dsr1-b200-sglang-tp8-1k1k-c1"].spec.engine == "sglang-0.5"
+
+
+def test_piecewise_prefill_graphs_are_the_later_releases_and_off_under_disaggregation() -> None:
+    """SGLang captures steps with prefill rows in piecewise CUDA graphs from 0.5.10 on, but not in a PD-
+    disaggregated deployment (server_args.py `_handle_piecewise_cuda_graph`): the scenario resolves it per pool."""
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "glm-5.2-weight-formats.yaml"
+    split = loader.load(scenario, ("engine=sglang-0.5.10",))[0]
+    assert split.deployment.mode == "disaggregated"
+    assert not any(p.prefill_graphs for p in split.deployment.pools().values())
+    one = loader.load(scenario, ("engine=sglang-0.5.10", "deployment.mode=colocated"))[0]
+    assert one.deployment.decode.prefill_graphs
+    earlier = loader.load(scenario, ("engine=sglang-0.5", "deployment.mode=colocated"))[0]
+    assert not earlier.deployment.decode.prefill_graphs
+    kept = loader.load(scenario, ("engine=sglang-0.5.10", "deployment.prefill.prefill_graphs=true"))[0]
+    assert kept.deployment.prefill.prefill_graphs  # a pool that says so keeps them

@@ -92,6 +92,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("EngineSpec", "decode_layer_us"): (0, 1e5, "µs a decode layer costs beyond its op list"),
     ("Pool", "router_chain_kernels"): (0, 64, "kernels an unfused grouped router launches per MoE layer"),
     ("EngineSpec", "router_chain_kernels"): (0, 64, "kernels an unfused grouped router launches per MoE layer"),
+    ("Pool", "eager_kernel_us"): (0, 1e4, "µs of CPU launch time per kernel of an eager step"),
+    ("EngineSpec", "eager_kernel_us"): (0, 1e4, "µs of CPU launch time per kernel of an eager step"),
     ("Pool", "request_latency_us"): (0, 1e7, "µs a request spends outside the GPU steps"),
     ("EngineSpec", "request_latency_us"): (0, 1e7, "µs a request spends outside the GPU steps"),
     ("Pool", "tbo_hidden_share"): (0, 1, "share of the all-to-alls two-batch overlap hides"),

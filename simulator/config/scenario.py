@@ -47,6 +47,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "request_latency_us": 0.0,
     "decode_layer_us": 0.0,
     "router_chain_kernels": 0,
+    "eager_kernel_us": 0.0,
+    "prefill_graphs": False,
     "overlap_scheduler": True,
     "overlap_with_speculation": False,
     "mixed_chunked_prefill": True,
@@ -181,6 +183,23 @@ class Pool(Strict):
         0,
         description="Kernels a grouped router launches per MoE layer where the engine's fused gate does not take "
         "the model's expert count (0: always fused).",
+    )
+    # A step with prefill rows that no CUDA graph captures launches its kernels one by one from Python: the GPU
+    # cannot finish before the CPU has launched the last, so the step lasts at least its op list's kernels times
+    # this (pricing/costmodel.py `eager_floor_us`). It shows where the GPU's own work is short: a few clients'
+    # prompts (their TTFT) and the decode batches a prefill step holds up.
+    eager_kernel_us: NonNegativeFloat = Field(
+        0.0,
+        description="µs of CPU time a step with prefill rows, launched eagerly, spends per kernel of its op list "
+        "(the step lasts at least its kernels times this; 0: never the bound).",
+    )
+    # SGLang from 0.5.10 captures such steps in piecewise CUDA graphs by default, up to the chunk size (2,048
+    # tokens under MLA), and turns them off under speculation, DP attention, PD disaggregation and for DSA models
+    # (server_args.py `_handle_piecewise_cuda_graph`, model_config.py); a captured step pays no launch floor.
+    prefill_graphs: bool = Field(
+        False,
+        description="Steps with prefill rows replay piecewise CUDA graphs where the deployment allows them (no "
+        "speculation, DP attention, disaggregation or DSA; up to the chunk size, 2,048 tokens under MLA).",
     )
     # Block-FP8 GEMMs and grouped expert GEMMs take this factor on their tensor-core time: an engine whose kernels
     # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.
@@ -694,6 +713,8 @@ class Scenario(Strict):
                     object.__setattr__(pool, term, getattr(self.engine, term))
             if name == "prefill" and "a2a_node_dedup" not in pool.model_fields_set:
                 object.__setattr__(pool, "a2a_node_dedup", self.engine.prefill_a2a_node_dedup)
+            if self.deployment.mode == "disaggregated" and "prefill_graphs" not in pool.model_fields_set:
+                object.__setattr__(pool, "prefill_graphs", False)  # SGLang: no piecewise graphs under PD disaggregation
         return self
 
     @model_validator(mode="after")

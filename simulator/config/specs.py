@@ -292,6 +292,12 @@ class EngineSpec(Strict):
     router_chain_kernels: NonNegativeInt = Field(
         0, description="Kernels a grouped router launches per MoE layer where the engine's fused gate does not fit."
     )
+    eager_kernel_us: NonNegativeFloat = Field(
+        0.0, description="µs of CPU time an eagerly launched step with prefill rows spends per kernel of its op list."
+    )
+    prefill_graphs: bool = Field(
+        False, description="Steps with prefill rows replay piecewise CUDA graphs where the deployment allows them."
+    )
     shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
     fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
     fp8_sparse_prefill: Literal["flashmla", "trtllm"] = Field(
@@ -339,6 +345,8 @@ class EngineSpec(Strict):
         "fp8_gemm_mma_factor_blackwell",
         "decode_layer_us",
         "router_chain_kernels",
+        "eager_kernel_us",
+        "prefill_graphs",
         "shared_expert_overlap",
         "fuse_elementwise",
         "fp8_sparse_prefill",

@@ -19,6 +19,10 @@ Every priced second is charged to where it came from — a profile table, the ro
 collective (modeled, unless a third-party profile measured it) — so a report can say how much of its step
 time was measured. Booking is exact per call: each part keeps its seconds by source and its fallback op
 counts alongside its time.
+
+A step with prefill rows that no CUDA graph captures is launched kernel by kernel from Python, and the GPU cannot
+finish before the CPU has launched the last: it lasts at least its op list's kernels times the engine's
+`eager_kernel_us` (`eager_floor_us`), the time beyond its priced kernels booked as modeled.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from simulator.config.scenario import Pool
-from simulator.config.specs import HardwareSpec, ModelSpec, RooflineFit
+from simulator.config.specs import MLA, HardwareSpec, ModelSpec, RooflineFit
 from simulator.config.tiers import has_tiers
 from simulator.pricing import overlap, reference
 from simulator.pricing.decode_pricing import DecodePricing, DecodeSteps, Varying, line_run
@@ -41,6 +45,7 @@ from simulator.pricing.ops import (
     Shape,
     Spec,
     chunk_ops,
+    compiled_kernels,
     context_cap,
     line_ops,
     step_lines,
@@ -55,6 +60,8 @@ from simulator.pricing.usage import SOURCES, Usage
 ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
 VARYING = DECODE_CONTEXT_FAMILIES | {"integrity_check"}
 LAYERS = "decode_layers"  # the breakdown's name for the engine's per-layer cost of a graphed decode step
+LAUNCH = "eager_launch"  # the breakdown's name for what an eager step's kernel launches add beyond its kernels
+MLA_GRAPH_TOKENS = 2048  # SGLang's piecewise CUDA graphs under an MLA backend capture steps of up to this
 CHUNK_CACHE = 1 << 16  # chunks remembered (a prompt's full-size chunks repeat; its last one rarely does)
 
 
@@ -92,6 +99,7 @@ class CostModel:
         self._decode: dict[int, DecodePricing] = {}
         self._varyings: dict[tuple[Op, bool], Varying] = {}
         self._eager: dict[int, list[Varying]] = {}
+        self._kernels: dict[tuple[bool, int], int] = {}  # kernels of a step with chunks: (decode rows?, chunks)
         # Speculative decoding: a decode step is a verify step and its draft steps (`pricing/speculative.py`); a
         # mixed step's decode part reads the plain pricing.
         self._plain: dict[int, DecodePricing] = self._decode if pool.speculative is None else {}
@@ -149,16 +157,45 @@ class CostModel:
             )
         usage = self.usage if usage is None else usage
         if not decode_batch and len(todo) == 1 and todo[0][1] == 0:  # a prompt alone, the usual prefill step
-            return self._solos.charge(todo[0][0], usage) * 1e-6
-        us = 0.0
-        for line, x in step_lines(self.model, decode_batch, todo).items():
-            if x:
-                us += self.line_us(line, x, usage)
-        if decode_batch:
-            us += self.decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
-        for key in todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp):
-            us += self.chunk_us(key, usage)
+            us = self._solos.charge(todo[0][0], usage)
+        else:
+            us = 0.0
+            for line, x in step_lines(self.model, decode_batch, todo).items():
+                if x:
+                    us += self.line_us(line, x, usage)
+            if decode_batch:
+                us += self.decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
+            for key in todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp):
+                us += self.chunk_us(key, usage)
+        floor = self.eager_floor_us(decode_batch, todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp))
+        if floor > us:  # the launches bound the step: the rest is modeled
+            usage.add("fallback", (floor - us) * 1e-6)
+            us = floor
         return us * 1e-6
+
+    def eager_floor_us(self, decode_batch: int, chunks: tuple[tuple[int, int], ...]) -> float:
+        """µs a step of `decode_batch` decode rows and prefill `chunks` (one GPU's: under DP attention, its rank's)
+        lasts at least: launched eagerly, its op list's kernels times the pool's `eager_kernel_us` (a compiled
+        function's kernels one launch for the call, `ops.compiled_kernels`); 0 where a piecewise CUDA graph
+        captures it."""
+        per = self.pool.eager_kernel_us
+        if not per or not chunks or self.prefill_graphed(decode_batch + sum(t for t, _ in chunks)):
+            return 0.0
+        key = (decode_batch > 0, len(chunks))
+        kernels = self._kernels.get(key)
+        if kernels is None:  # the same kernels whatever the sizes: counted once per shape of step
+            ops = step_ops(self.model, self.pool, int(key[0]), 1, [(1, 0)] * key[1], fused_moe=self.fused_moe)
+            kernels = self._kernels[key] = sum(op.count for op in ops) - compiled_kernels(self.model, self.pool)
+        return per * kernels
+
+    def prefill_graphed(self, tokens: int) -> bool:
+        """Whether a step of `tokens` rows with prefill replays a piecewise CUDA graph (`Pool.prefill_graphs`,
+        which disaggregation turns off): not under DP attention or speculation, nor for a DSA model, and only up
+        to the chunk size (2,048 tokens under MLA: SGLang's `piecewise_cuda_graph_max_tokens` defaults)."""
+        pool = self.pool
+        if not pool.prefill_graphs or pool.dp > 1 or pool.speculative is not None or self.model.indexer is not None:
+            return False
+        return tokens <= (MLA_GRAPH_TOKENS if isinstance(self.model.attention, MLA) else pool.chunk_size)
 
     def line_us(self, line: str, x: int, usage: Usage) -> float:
         """Microseconds of one line of a step at count x (`lines.Line`), charged to `usage`."""
@@ -181,6 +218,7 @@ class CostModel:
     ) -> dict[str, float]:
         """Seconds per op family of one step (what `step_s` sums), largest first; charges no usage."""
         todo = real_chunks(chunks)
+        mine = todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)  # this GPU's chunks
         out: dict[str, float] = {}
         if not todo:
             pricing = self._pricing(decode_batch)
@@ -194,7 +232,6 @@ class CostModel:
                 if x
                 for op in line_ops(self.model, self.pool, line, np.array([x]), self.fused_moe)
             ]
-            mine = todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)
             ops += [op for t, before in mine for op in chunk_ops(self.model, self.pool, t, before)]
             for fam, us in self.price_ops(ops, 1).by_family.items():
                 out[fam] = float(us[0])
@@ -206,6 +243,9 @@ class CostModel:
                 x = np.minimum(x, v.cap)
             t = v.at(x)
             out[v.family] = out.get(v.family, 0.0) + float(v.roof(x)[0] if np.isnan(t[0]) else t[0])
+        launched = self.eager_floor_us(decode_batch, mine) - sum(out.values())
+        if launched > 0:
+            out[LAUNCH] = launched
         return {f: us * 1e-6 for f, us in sorted(out.items(), key=lambda kv: -kv[1])}
 
     def ops_breakdown(self, ops: list[Op]) -> dict[str, float]:

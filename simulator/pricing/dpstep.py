@@ -155,10 +155,12 @@ class DPSteps:
         cost, dp = self.cost, self.dp
         best_us, best = -1.0, None
         tokens = verifying = 0
+        launched = 0.0  # the longest launch of a rank's own eager step (`CostModel.eager_floor_us`)
         for b, ctx, pages, chunks, verify in ranks:
             todo = real_chunks(chunks)
             if not b and not todo:
                 continue
+            launched = max(launched, cost.eager_floor_us(b, todo))
             mine, routed = Usage(), Usage()
             if verify:  # its own part as a decode run prices it, one step
                 assert self._spec is not None and not todo
@@ -202,6 +204,9 @@ class DPSteps:
             if a2a:
                 usage.take_back(comm, (us - step) / a2a)  # the hidden share of the all-to-alls
             us = step
+        if launched > us:  # the slowest rank's launches bound the lock-step: the rest is modeled
+            usage.add("fallback", (launched - us) * 1e-6)
+            us = launched
         return us * 1e-6
 
 

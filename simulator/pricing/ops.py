@@ -568,6 +568,16 @@ def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
     _routed(b, m_all, m, layers)
 
 
+def compiled_kernels(model: ModelSpec, pool: Pool) -> int:
+    """Kernels of a step's op list that a torch.compile'd function launches rather than Python op by op: the
+    unfused grouped router's chain (`biased_grouped_topk_impl`), one call a MoE layer for its kernels. An eager
+    step pays a launch for the call, not for each kernel (`CostModel.eager_floor_us`)."""
+    moe = model.moe
+    if moe is None or not moe.grouped_router or not pool.router_chain_kernels or _fused_gate(moe.routed_experts):
+        return 0
+    return model.moe_layers * (pool.router_chain_kernels - 1)
+
+
 def _fused_gate(experts: int) -> bool:
     """Whether SGLang's fused gate takes a grouped router of this many experts: a power of two (moe_fused_gate;
     FlashInfer's fused top-k from 0.5.8), or Kimi K2's 384 (`kimi_k2_moe_fused_gate`)."""
