@@ -171,8 +171,15 @@ def test_the_report_shows_the_ranks_imbalance(tmp_path: Path) -> None:
 
 
 def test_two_batch_overlap_takes_the_longer_of_compute_and_all_to_all() -> None:
-    """The perfect bound (tbo_hidden_share 1; the engines' share is tested in test_engines.py)."""
-    sc = scenario(**{"deployment.decode.two_batch_overlap": True, "deployment.decode.tbo_hidden_share": 1.0})
+    """The perfect bound (tbo_hidden_share 1; the engines' share is tested in test_engines.py), on steps the GPU
+    bounds (no eager launch floor: `test_a_dp_step_lasts_at_least_its_slowest_ranks_launches`)."""
+    sc = scenario(
+        **{
+            "deployment.decode.two_batch_overlap": True,
+            "deployment.decode.tbo_hidden_share": 1.0,
+            "deployment.decode.eager_kernel_us": 0.0,
+        }
+    )
     pool = sc.deployment.decode
     cost = CostModel(sc.model, sc.hardware, pool, Profile.for_scenario(sc), False)
     dp = DPSteps(cost)
@@ -186,12 +193,33 @@ def test_two_batch_overlap_takes_the_longer_of_compute_and_all_to_all() -> None:
     assert ends == pytest.approx(np.cumsum(step) * 1e-6, rel=1e-15)
     assert (step < own + shared).all()  # without the overlap: their sum
     # a step with prefill chunks: the same rule over its own parts
-    off = DPSteps(CostModel(sc.model, sc.hardware, scenario().deployment.decode, Profile.for_scenario(sc), False))
+    bare = scenario(**{"deployment.decode.eager_kernel_us": 0.0}).deployment.decode
+    off = DPSteps(CostModel(sc.model, sc.hardware, bare, Profile.for_scenario(sc), False))
     chunks: list[tuple[int, int]] = [(512, 0)]
     plain = off.step_s([(2, 2000, 126, (), False), (0, 0, 0, chunks, False)])
     comm = off._a2a_line.charge(514, cost.usage) * 1e-6  # 2 decode + 512 prompt tokens dispatched
     both = dp.step_s([(2, 2000, 126, (), False), (0, 0, 0, chunks, False)])
     assert both == pytest.approx(max(plain - comm, comm), rel=1e-12)
+
+
+def test_a_dp_step_lasts_at_least_its_slowest_ranks_launches() -> None:
+    """Under DP attention (no piecewise graphs) a rank running a prompt launches its kernels eagerly; the lock-step
+    lasts at least the slowest rank's launches, whatever the others run."""
+    sc = scenario(**{"deployment.decode.eager_kernel_us": 500.0})
+    cost = CostModel(sc.model, sc.hardware, sc.deployment.decode, Profile.for_scenario(sc), False)
+    gpu = DPSteps(
+        CostModel(
+            sc.model,
+            sc.hardware,
+            scenario(**{"deployment.decode.eager_kernel_us": 0.0}).deployment.decode,
+            Profile.for_scenario(sc),
+            False,
+        )
+    )
+    ranks = [(2, 2000, 126, (), False), (0, 0, 0, [(64, 0)], False)]
+    launches = cost.eager_floor_us(0, ((64, 0),))
+    assert launches > 1e6 * gpu.step_s(ranks)  # the floor binds at 500 µs a kernel
+    assert DPSteps(cost).step_s(ranks) == pytest.approx(launches * 1e-6, rel=1e-12)
 
 
 def test_two_batch_overlap_needs_dp_attention() -> None:

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from simulator.config import loader
 from simulator.config.scenario import Scenario
+from simulator.config.specs import MLA
 from simulator.pricing import reference
 from simulator.pricing.costmodel import CostModel
-from simulator.pricing.ops import LINES, Spec, line_ops, step_ops
+from simulator.pricing.ops import LINES, Spec, compiled_kernels, line_ops, step_ops
 from simulator.pricing.profile import Profile
 from simulator.pricing.usage import Usage
 
@@ -65,10 +66,21 @@ def fast_decode_s(cost: CostModel, batch: int, context: int) -> float:
 
 
 def reference_mixed_s(cost: CostModel, batch: int, context: int, chunks: list[tuple[int, int]]) -> float:
-    """A step with prefill chunks priced op by op, eagerly (no CUDA graph): its whole op list."""
-    pages = batch * -(-context // cost.pool.page_size) if cost.integrity else 0
-    ops = step_ops(cost.model, cost.pool, batch, context, tuple(chunks), pages, fused_moe=cost.fused_moe)
-    return reference.price(ops, cost.profile, cost.hw).us * 1e-6
+    """A step with prefill chunks priced op by op, eagerly (no CUDA graph): its whole op list, and at least its
+    kernels' launches where no piecewise graph captures it (`eager_kernel_us` a kernel, a compiled chain's one a
+    call): SGLang 0.5.10's graphs take up to the chunk size (2,048 tokens under MLA), not under DP attention,
+    speculation or a DSA model."""
+    pool, model = cost.pool, cost.model
+    pages = batch * -(-context // pool.page_size) if cost.integrity else 0
+    ops = step_ops(model, pool, batch, context, tuple(chunks), pages, fused_moe=cost.fused_moe)
+    gpu_us = reference.price(ops, cost.profile, cost.hw).us
+    tokens = batch + sum(t for t, _ in chunks)
+    limit = 2048 if isinstance(model.attention, MLA) else pool.chunk_size
+    graphed = pool.prefill_graphs and pool.dp == 1 and pool.speculative is None and model.indexer is None
+    if graphed and tokens <= limit:
+        return gpu_us * 1e-6
+    launches = sum(op.count for op in ops) - compiled_kernels(model, pool)
+    return max(gpu_us, launches * pool.eager_kernel_us) * 1e-6
 
 
 def fast_mixed_s(cost: CostModel, batch: int, context: int, chunks: list[tuple[int, int]]) -> float:

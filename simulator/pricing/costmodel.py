@@ -99,7 +99,7 @@ class CostModel:
         self._decode: dict[int, DecodePricing] = {}
         self._varyings: dict[tuple[Op, bool], Varying] = {}
         self._eager: dict[int, list[Varying]] = {}
-        self._kernels: dict[tuple[bool, int], int] = {}  # kernels of a step with chunks: (decode rows?, chunks)
+        self._kernels: dict[tuple[bool, tuple[bool, ...]], int] = {}  # by (decode rows?, each chunk after context?)
         # Speculative decoding: a decode step is a verify step and its draft steps (`pricing/speculative.py`); a
         # mixed step's decode part reads the plain pricing.
         self._plain: dict[int, DecodePricing] = self._decode if pool.speculative is None else {}
@@ -181,10 +181,13 @@ class CostModel:
         per = self.pool.eager_kernel_us
         if not per or not chunks or self.prefill_graphed(decode_batch + sum(t for t, _ in chunks)):
             return 0.0
-        key = (decode_batch > 0, len(chunks))
+        key = (decode_batch > 0, tuple(sorted(before > 0 for _, before in chunks)))
         kernels = self._kernels.get(key)
-        if kernels is None:  # the same kernels whatever the sizes: counted once per shape of step
-            ops = step_ops(self.model, self.pool, int(key[0]), 1, [(1, 0)] * key[1], fused_moe=self.fused_moe)
+        if kernels is None:  # the same kernels whatever the sizes: counted once per kind of step
+            decode, after = key
+            pages = 1 if decode and self.integrity else 0
+            shape = [(1, int(b)) for b in after]  # a chunk after cached tokens runs its own attention kernels
+            ops = step_ops(self.model, self.pool, int(decode), 1, shape, pages, fused_moe=self.fused_moe)
             kernels = self._kernels[key] = sum(op.count for op in ops) - compiled_kernels(self.model, self.pool)
         return per * kernels
 
