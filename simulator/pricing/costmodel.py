@@ -156,6 +156,7 @@ class CostModel:
                 )[0]
             )
         usage = self.usage if usage is None else usage
+        mine = todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp)  # this GPU's chunks
         if not decode_batch and len(todo) == 1 and todo[0][1] == 0:  # a prompt alone, the usual prefill step
             us = self._solos.charge(todo[0][0], usage)
         else:
@@ -165,9 +166,9 @@ class CostModel:
                     us += self.line_us(line, x, usage)
             if decode_batch:
                 us += self.decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
-            for key in todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp):
+            for key in mine:
                 us += self.chunk_us(key, usage)
-        floor = self.eager_floor_us(decode_batch, todo if self.pool.dp == 1 else busiest_rank(todo, self.pool.dp))
+        floor = self.eager_floor_us(decode_batch, mine)
         if floor > us:  # the launches bound the step: the rest is modeled
             usage.add("fallback", (floor - us) * 1e-6)
             us = floor

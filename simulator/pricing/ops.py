@@ -547,8 +547,8 @@ def _router_and_routed(b: _Builder, m_all: Any, layers: int) -> None:
     hd, E = model.hidden, moe.routed_experts
     b.gemm("router", m, E, hd, layers)
     b.elementwise(m * E * 4 * 2, layers)  # scores, grouped top-k
-    if moe.grouped_router and pool.router_chain_kernels and not _fused_gate(E):
-        b.elementwise(m * E * 4 * 2, layers * pool.router_chain_kernels)  # the unfused chain (Pool's comment)
+    if chain := _router_chain(model, pool):
+        b.elementwise(m * E * 4 * 2, layers * chain)  # the unfused chain (Pool's comment)
     if b.fused_moe and pool.dp == 1 and pool.expert_imbalance == 1.0 and not pool.redundant_experts:
         w, g = b.fmt("routed_experts")  # the form a fused-MoE table was measured in (one TP/EP instance)
         b.add(
@@ -572,10 +572,17 @@ def compiled_kernels(model: ModelSpec, pool: Pool) -> int:
     """Kernels of a step's op list that a torch.compile'd function launches rather than Python op by op: the
     unfused grouped router's chain (`biased_grouped_topk_impl`), one call a MoE layer for its kernels. An eager
     step pays a launch for the call, not for each kernel (`CostModel.eager_floor_us`)."""
+    chain = _router_chain(model, pool)
+    return model.moe_layers * (chain - 1) if chain else 0
+
+
+def _router_chain(model: ModelSpec, pool: Pool) -> int:
+    """Kernels a MoE layer's grouped router runs as a chain (the engine's `router_chain_kernels`), 0 where it is one
+    fused gate: the engine fuses it (`_fused_gate`) or the router is not grouped."""
     moe = model.moe
-    if moe is None or not moe.grouped_router or not pool.router_chain_kernels or _fused_gate(moe.routed_experts):
+    if moe is None or not moe.grouped_router or _fused_gate(moe.routed_experts):
         return 0
-    return model.moe_layers * (pool.router_chain_kernels - 1)
+    return pool.router_chain_kernels
 
 
 def _fused_gate(experts: int) -> bool:
