@@ -306,6 +306,7 @@ def sweep(
     from simulator.planning.pareto import paths as pareto_paths
     from simulator.planning.sweeps import run_sweep
     from simulator.results.charts import sweep_chart_names, sweep_charts
+    from simulator.validation import bands
 
     sc, raw = loader.load(scenario, sets)
     if pareto and out is None:
@@ -337,6 +338,7 @@ def sweep(
     for r in results:
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
+            r["bands"] = bands.headline_margins(r)  # each point's validated error band, in its JSON and CSV's JSON
     frontier: dict[Path, str | bytes] = {}
     if out is not None:
         files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}
@@ -351,7 +353,21 @@ def sweep(
         click.echo(dump(results, compact=True))
     else:
         report.print_sweep(console, sc, results, csv_path if out is not None else None)
+        print_sweep_bands(results)
         planner.print_pricing(pricing)
+
+
+def print_sweep_bands(results: list[dict[str, Any]]) -> None:
+    """Each headline figure's validated error band across the sweep's points (`bands.sweep_lines`)."""
+    from simulator.folding import Folding
+    from simulator.validation import bands
+
+    lines = bands.sweep_lines(results)
+    if lines:
+        text = Folding(console)
+        text.print("validated model error of each point's figures (docs/validation.md):")
+        for line in lines:
+            text.print(f"  {line}")
 
 
 def _point_label(point: dict[str, Any]) -> str:

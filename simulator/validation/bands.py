@@ -254,3 +254,39 @@ def plan_margins(raw: dict[str, Any], res: dict[str, Any]) -> dict[str, str]:
         return {}
     engine, cell = _winner(raw, res)
     return {key: margin(engine, kind(key), cell) for key in ("output_tok_s", "tpot_ms", "ttft_ms")}
+
+
+SWEEP_FIGURES = (("output_tok_s", "throughput"), ("tpot_ms", "TPOT p95"), ("ttft_ms", "TTFT p95"))
+
+
+def _points_text(points: list[dict[str, Any]]) -> str:
+    """Sweep points in few words: those alike but for the last swept value share one label, its values joined
+    (`weights=fp8, concurrency=8/16/32`)."""
+    groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for p in points:
+        items = [f"{k.split('.')[-1]}={v}" for k, v in p.items()]
+        groups[tuple(items[:-1])].append(str(list(p.values())[-1]) if p else "")
+    last = list(points[0])[-1].split(".")[-1] if points and points[0] else ""
+    return " and ".join(
+        ", ".join([*head, f"{last}={'/'.join(vs)}"]) if last else "the point" for head, vs in groups.items()
+    )
+
+
+def sweep_lines(results: list[dict[str, Any]]) -> list[str]:
+    """What `phaseplan sweep` prints under its table: each headline figure's band (`headline_margins`) across the
+    points that ran, one line a figure — the band alone where every point shares it, else each band with the
+    points it holds for. A band is each point's own error; a difference between points is not validated by it."""
+    ran = [r for r in results if "metrics" in r]
+    if not ran:
+        return []
+    margins = [r.get("bands") or headline_margins(r) for r in ran]
+    out = []
+    for key, name in SWEEP_FIGURES:
+        by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r, m in zip(ran, margins, strict=True):
+            by[m[key]].append(r["point"])
+        if len(by) == 1:
+            out.append(f"{name}: {next(iter(by))} at every point")
+        else:
+            out.append(f"{name}: " + "; ".join(f"{band} at {_points_text(pts)}" for band, pts in by.items()))
+    return out
