@@ -356,6 +356,55 @@ def fig_studies_prefill(a: dict[str, Any]) -> str:
     )
 
 
+def _band(sweep: list[dict[str, Any]], want: dict[str, Any], key: str = "output_tok_s") -> str:
+    """The band `phaseplan sweep` printed for a point's figure (its JSON's `bands`)."""
+    for r in sweep:
+        if r.get("bands") and all(r["point"].get(k) == v for k, v in want.items()):
+            return r["bands"][key]
+    raise SystemExit(f"error: no sweep point {want} with a band")
+
+
+FORMAT_PAIRS = (("-bf16kv-", "-fp8kv-"), ("-bf16-", "-fp8-"), ("-fp8-", "-int4-"), ("-int4-", "-nvfp4-"))
+
+
+def _format_pairs(validate: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """The corpus's pairs of runs alike but for one format (ids differing only by one of `FORMAT_PAIRS`), their
+    throughput or TPOT: per pair, its id pattern, the figure and the error of the model's ratio between the two
+    runs' figures with each run's source held out (their leave-one-source-out predictions)."""
+    cases = {c["id"]: c for c in validate["cases"] if "tok_s" in c["metric"] or "tpot" in c["metric"]}
+    out = []
+    for a, b in FORMAT_PAIRS:
+        for i, c in sorted(cases.items()):
+            other = cases.get(i.replace(a, b)) if a in i else None
+            if other is None:
+                continue
+            held = [x["published"] * (1 + x["loso_error"]) for x in (c, other)]
+            error = (held[1] / held[0]) / (other["published"] / c["published"]) - 1
+            what = "TPOT" if "tpot" in c["metric"] else "throughput"
+            out.append((i.replace(a, f"-{{{a.strip('-')},{b.strip('-')}}}-"), what, error))
+    return out
+
+
+def fig_studies_bands(a: dict[str, Any]) -> str:
+    kv, w, p = a["kv"], a["weights"], a["prefill"]
+    c, fmt, cache = "traffic.concurrency", "deployment.decode.weights", "deployment.decode.kv_cache"
+    pairs = _format_pairs(a["validate"])
+    said = "; ".join(f"{what} {e:+.0%} ({i})" for i, what, e in pairs)
+    int4 = any("int4," in i for i, _, _ in pairs)
+    return (
+        f"the KV study's throughput at 64 clients carries {_band(kv, {cache: 'bf16', c: 64})} with BF16 and "
+        f"{_band(kv, {cache: 'fp8_e4m3', c: 64})} with FP8, its TPOT p95 "
+        f"{_band(kv, {cache: 'fp8_e4m3', c: 64}, 'tpot_ms')}; the weight study's throughput "
+        f"{_band(w, {fmt: 'int4', c: 1})} at 1 client and {_band(w, {fmt: 'int4', c: 64})} at 64, "
+        f"its TPOT p95 {_band(w, {fmt: 'int4', c: 1}, 'tpot_ms')} (INT4) and "
+        f"{_band(w, {fmt: 'fp8', c: 1}, 'tpot_ms')} (FP8) at 1 client; the prefill study's throughput "
+        f"{_band(p, {'deployment.prefill.weights': 'int4'})}. A band is one figure's error, not a comparison's. The "
+        f"corpus's {len(pairs)} pairs of runs alike but for one format put the model's ratio between them, each run's "
+        f"source held out, at: {said} of the published ratio"
+        + ("" if int4 else "; no published pair compares INT4 with FP8 weights")
+    )
+
+
 FIGS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], str]]] = {
     "init": (("init",), fig_init),
     "init.gpus": (("init",), fig_init_gpus),
@@ -376,6 +425,7 @@ FIGS: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], str]]] = {
     "studies.kv.sglang": (("kv-sglang-bf16", "kv-sglang-fp8_e4m3"), fig_studies_kv_sglang),
     "studies.weights": (("weights",), fig_studies_weights),
     "studies.prefill": (("prefill",), fig_studies_prefill),
+    "studies.bands": (("kv", "weights", "prefill", "validate"), fig_studies_bands),
 }
 
 

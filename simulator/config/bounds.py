@@ -141,6 +141,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("ScorerWeights", "kv_cache"): (0, 1000, "a scorer's weight"),
     ("ScorerWeights", "prefix"): (0, 1000, "a scorer's weight"),
     ("Pool", "max_preemptions"): (0, 1e6, "preemptions of one request before it is aborted"),
+    ("Pool", "recv_interval"): (1, 1e4, "decode steps between polls for new requests"),
     ("BenchRandom", "input_len"): (1, TOKENS, "tokens"),
     ("BenchRandom", "output_len"): (1, TOKENS, "tokens"),
     ("BenchRandom", "range_ratio"): (0, 1, "share of the longest draw"),

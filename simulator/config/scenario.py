@@ -101,6 +101,12 @@ class Pool(Strict):
     decode_reserve_tokens: NonNegativeInt = Field(
         256, description="Growth room, in tokens, a request must find free to be admitted."
     )
+    recv_interval: PositiveInt = Field(
+        1,
+        description="Decode steps between the scheduler's polls for new requests (SGLang's --scheduler-recv-interval): "
+        "a request that arrives while the instance decodes waits for the next poll; a step with prefill rows, or "
+        "an idle instance, polls at once. 1: every step.",
+    )
     max_preemptions: NonNegativeInt | None = Field(
         None,
         description="A request preempted this many times is aborted at its next preemption (a deployment's limit); "
@@ -295,6 +301,15 @@ class Pool(Strict):
     kv_tier_layerwise: bool = Field(
         True, description="A prefix found below HBM loads back layer by layer, overlapped with the prefill's compute."
     )
+
+    @model_validator(mode="after")
+    def _recv_interval_without_dp(self) -> Pool:
+        if self.recv_interval > 1 and self.dp > 1:
+            raise ValueError(
+                f"recv_interval {self.recv_interval} with dp {self.dp}: SGLang's receive skipper does not run under "
+                "DP attention (scheduler_recv_skipper.py asserts it off); set recv_interval 1"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_source_of_expert_imbalance(self) -> Pool:

@@ -87,6 +87,8 @@ def server(sc: Scenario, r: flags.Release, pool: Pool, s: Slot, role: str, disag
     argv += ["--chunked-prefill-size", str(pool.chunk_size)]
     argv += ["--max-prefill-tokens", str(pool.max_batch_tokens)]  # the token budget of one prefill batch
     argv += ["--page-size", str(pool.page_size)]
+    if pool.recv_interval > 1:
+        argv += ["--scheduler-recv-interval", str(pool.recv_interval)]
     if not sc.prefix_cache.enabled:
         argv += ["--disable-radix-cache"]
     spec = pool.speculative

@@ -112,6 +112,11 @@ def launch(sc: Scenario, release: flags.Release | None = None) -> Launch:
         if why is not None:
             notes.append(f"{role} pool: {why}")
             continue
+        if pool.recv_interval > 1:
+            notes.append(
+                f"{role} pool: recv_interval {pool.recv_interval} is SGLang's --scheduler-recv-interval; vLLM's "
+                "scheduler takes new requests every step, as the plan does not"
+            )
         if pool.dp > 1 and pool.nodes == 1 and pool.tp < sc.hardware_of(pool).gpus_per_node:
             notes.append(f"{role} pool: DP ranks of instances that share a node need distinct --data-parallel-rpc-port")
         commands += [server(sc, r, pool, s, role, disagg) for s in slots(sc, role, pool)]

@@ -11,6 +11,11 @@ decide.
 
 A request is placed on a rank when it reaches the instance (`routing.dp_rank`: colocated and prefill at arrival,
 decode when its transfer is queued) and stays there, so admission, preemption and page shortfalls are per rank.
+
+A pool with `recv_interval` N > 1 polls for new requests as SGLang's receive skipper does
+(managers/scheduler_recv_skipper.py): a counter gains 1 a decode step and 1,000 a step with prefill rows, and the
+scheduler receives when it reaches N (then 0); an idle instance polls at once. A request that reaches a decoding
+instance waits in its inbox for that poll, so a run ends there while one waits.
 """
 
 from __future__ import annotations
@@ -80,6 +85,9 @@ class Instance:
         self._run_ends: list[float] = []
         self._rank_of: dict[int, Rank] = {}  # request id -> its rank, while the instance needs to look it up
         self._transfers = 0  # transfers queued on the ranks and not started (`pending`, read after every run)
+        self.recv_interval = pool.recv_interval
+        self._inbox: list[Request] = []  # new requests arrived while decoding, until the next poll
+        self._polls = 0  # the receive skipper's counter: decode steps since the last poll
         self.stats = InstanceStats()
         self.env.process(self._loop())
 
@@ -101,7 +109,24 @@ class Instance:
         return self._rank_of[req_id] if keep else self._rank_of.pop(req_id)
 
     def enqueue_new(self, req: Request, t: float) -> None:
-        """A request reaches this instance's scheduler at time t to prefill (colocated or prefill pool)."""
+        """A request reaches this instance at time t to prefill (colocated or prefill pool): its scheduler takes it
+        now, or at its next poll if it polls every few steps and is busy."""
+        if self.recv_interval > 1 and (self._inbox or self._busy()):
+            self._inbox.append(req)
+            return
+        self._take(req, t)
+
+    def _busy(self) -> bool:
+        return any(r.sched.running or r.sched.waiting for r in self.ranks)
+
+    def _poll(self, t: float) -> None:
+        """The scheduler receives the requests waiting in the inbox, in arrival order, at time t."""
+        self._polls = 0
+        inbox, self._inbox = self._inbox, []
+        for req in inbox:
+            self._take(req, t)
+
+    def _take(self, req: Request, t: float) -> None:
         rank = self._place(t)
         if self.prefill_only and not self.single:
             self._rank_of[req.id] = rank  # its pages are released by id once transferred
@@ -148,20 +173,25 @@ class Instance:
         return self._transfers > 0
 
     def has_waiting(self) -> bool:
+        if self._inbox:
+            return True
         if self.single:
             return bool(self.ranks[0].sched.waiting)
         return any(r.sched.waiting for r in self.ranks)
 
     def queued_tokens(self) -> int:
-        """Prompt tokens queued or prefilling here (prefill routing reads every instance per request)."""
+        """Prompt tokens queued or prefilling here, the inbox's included (prefill routing reads every instance per
+        request)."""
+        inbox = sum(req.prompt_tokens for req in self._inbox)
         if self.single:
-            return self.ranks[0].sched.queued_tokens()
-        return sum(r.sched.queued_tokens() for r in self.ranks)
+            return self.ranks[0].sched.queued_tokens() + inbox
+        return sum(r.sched.queued_tokens() for r in self.ranks) + inbox
 
     def waiting_requests(self) -> int:
-        """Requests waiting here to be scheduled: queued to prefill, or prefilled elsewhere and waiting for room to
-        start their KV transfer (what an engine reports as its waiting queue, and the gateway's queue scorer reads)."""
-        return sum(len(r.sched.waiting) + len(r.pending) for r in self.ranks)
+        """Requests waiting here to be scheduled: in the inbox, queued to prefill, or prefilled elsewhere and
+        waiting for room to start their KV transfer (what an engine reports as its waiting queue, and the gateway's
+        queue scorer reads)."""
+        return len(self._inbox) + sum(len(r.sched.waiting) + len(r.pending) for r in self.ranks)
 
     def prefix_pages(self, req: Request) -> int:
         return max(r.prefix_pages(req) for r in self.ranks)
@@ -250,6 +280,8 @@ class Instance:
         step in flight), then every rank books the steps that ran and advances by them."""
         sim, st, ranks = self.sim, self.stats, self.ranks
         while True:
+            if self._inbox and not self._busy():  # an idle scheduler polls at once
+                self._poll(self.clock)
             idle = not self._transfers
             for r in ranks:
                 if idle and (r.sched.waiting or r.sched.running):
@@ -269,6 +301,8 @@ class Instance:
                 sim.after_schedule(self)
                 yield from self._sleep()
                 continue
+            if self._inbox and n != NO_RUN:  # a request waits for the next poll: the run ends there
+                n = min(n, self.recv_interval - self._polls)
             if self._transfers or aborted:
                 sim.after_schedule(self)
             ends, priced = self.timer.time_run(self, plans, n)
@@ -297,6 +331,11 @@ class Instance:
                 if batch > st.max_batch:
                     st.max_batch = batch
             self.clock = end
+            if self.recv_interval > 1:  # the receive skipper's counter: 1 a decode step, the interval a prefill
+                prefill = any(p.prefill for p in plans)
+                self._polls = 0 if prefill else (self._polls + m) % self.recv_interval
+                if self._inbox and self._polls == 0:
+                    self._poll(end)
             if ev.finished or ev.prefilled or ev.first_tokens or self._transfers:
                 sim.on_events(self, ev, ends)
 
