@@ -338,7 +338,7 @@ def sweep(
     for r in results:
         if "metrics" in r:
             _warn_if_empty(scenario_at(raw, r["point"], str(scenario)), r, _point_label(r["point"]))
-            r["bands"] = bands.headline_margins(r)  # each point's validated error band, in its JSON and CSV's JSON
+            r["bands"] = bands.headline_margins(r)  # each point's validated error band, in the JSON printed and written
     frontier: dict[Path, str | bytes] = {}
     if out is not None:
         files: dict[Path, str | bytes] = {csv_path: to_csv(results), json_path: dump(results, compact=True) + "\n"}

@@ -64,3 +64,26 @@ def test_a_changed_input_or_figure_is_caught(tmp_path: Path) -> None:
 def test_a_marker_no_source_gives_is_refused() -> None:
     with pytest.raises(SystemExit, match="no source gives: nope"):
         df.write_page("README.md", README + "<!-- fig:nope -->x<!-- /fig -->", RECORD["figures"])
+
+
+def test_format_pairs_are_ids_alike_but_for_one_format_and_int4_against_fp8_is_said_when_absent() -> None:
+    """`_format_pairs` pairs ids that differ by one format only; the studies' sentence says no INT4/FP8 pair is
+    published unless one is (an INT4/NVFP4 pair is not one)."""
+
+    def case(i: str, published: float, loso: float) -> dict:
+        return {"id": i, "metric": "mean_tpot_ms", "published": published, "loso_error": loso}
+
+    validate = {"cases": [case("m-int4-c4", 10.0, 0.0), case("m-nvfp4-c4", 8.0, 0.1), case("m-bf16-c4", 9.0, 0.0)]}
+    assert df._format_pairs(validate) == [("m-{int4,nvfp4}-c4", "TPOT", pytest.approx(0.1))]
+    point = {"bands": {"output_tok_s": "±1% model error", "tpot_ms": "±2% model error"}}
+    sweep = [
+        {**point, "point": {k: v, "traffic.concurrency": c}}
+        for k in ("deployment.decode.kv_cache", "deployment.decode.weights")
+        for v in ("bf16", "fp8_e4m3", "fp8", "int4")
+        for c in (1, 64)
+    ]
+    prefill = [{**point, "point": {"deployment.prefill.weights": "int4"}}]
+    sources = {"kv": sweep, "weights": sweep, "prefill": prefill, "validate": validate}
+    assert df.fig_studies_bands(sources).endswith("; no published pair compares INT4 with FP8 weights")
+    validate["cases"].append(case("m-fp8-c4", 12.0, 0.0))
+    assert not df.fig_studies_bands(sources).endswith("with FP8 weights")

@@ -390,7 +390,7 @@ def fig_studies_bands(a: dict[str, Any]) -> str:
     c, fmt, cache = "traffic.concurrency", "deployment.decode.weights", "deployment.decode.kv_cache"
     pairs = _format_pairs(a["validate"])
     said = "; ".join(f"{what} {e:+.0%} ({i})" for i, what, e in pairs)
-    int4 = any("int4," in i for i, _, _ in pairs)
+    int4 = any("{fp8,int4}" in i for i, _, _ in pairs)
     return (
         f"the KV study's throughput at 64 clients carries {_band(kv, {cache: 'bf16', c: 64})} with BF16 and "
         f"{_band(kv, {cache: 'fp8_e4m3', c: 64})} with FP8, its TPOT p95 "

@@ -301,7 +301,7 @@ class Instance:
                 sim.after_schedule(self)
                 yield from self._sleep()
                 continue
-            if self._inbox and n != NO_RUN:  # a request waits for the next poll: the run ends there
+            if self._inbox:  # a request waits for the next poll: the run ends there
                 n = min(n, self.recv_interval - self._polls)
             if self._transfers or aborted:
                 sim.after_schedule(self)

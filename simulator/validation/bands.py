@@ -265,11 +265,9 @@ def _points_text(points: list[dict[str, Any]]) -> str:
     groups: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for p in points:
         items = [f"{k.split('.')[-1]}={v}" for k, v in p.items()]
-        groups[tuple(items[:-1])].append(str(list(p.values())[-1]) if p else "")
-    last = list(points[0])[-1].split(".")[-1] if points and points[0] else ""
-    return " and ".join(
-        ", ".join([*head, f"{last}={'/'.join(vs)}"]) if last else "the point" for head, vs in groups.items()
-    )
+        groups[tuple(items[:-1])].append(str(list(p.values())[-1]))
+    last = list(points[0])[-1].split(".")[-1]
+    return " and ".join(", ".join([*head, f"{last}={'/'.join(vs)}"]) for head, vs in groups.items())
 
 
 def sweep_lines(results: list[dict[str, Any]]) -> list[str]:
