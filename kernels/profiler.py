@@ -140,6 +140,8 @@ def unmeasurable(family: str, shape: Mapping[str, Any]) -> str | None:
     """Why `kernels.measure` cannot time this op as the op list means it (None: it can)."""
     if family in ("decode_indexer", "prefill_indexer"):
         return "no indexer kernel in kernels.measure"
+    if family in ("decode_attention_triton", "prefill_attention_triton"):
+        return "SGLang's Triton attention kernels are not in kernels.measure (AIConfigurator's tables measure them)"
     if family == "prefill_attention" and shape["topk"]:
         return "SDPA runs dense causal attention, not top-k sparse"
     return None

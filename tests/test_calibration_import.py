@@ -254,8 +254,14 @@ def test_import_maps_each_table_onto_its_family(tmp_path, monkeypatch, capsys) -
         ("fp8_e4m3", "flat", 4096): 150.0,
     }
     assert {r["page_size"] for r in rows(doc, "decode_attention_mla")} == {"any"}
-    # GQA decode: fa3 preferred over triton, sliding-window rows left out
+    # GQA decode: the engine's default kernel (fa3); Triton's rows are the Triton backend's own family, keyed with
+    # K and V widths; sliding-window rows left out
     assert [(r["context"], r["median_us"]) for r in rows(doc, "decode_attention_gqa")] == [(2048, 12.0)]
+    tri = rows(doc, "decode_attention_triton")
+    assert [(r["q_heads"], r["kv_heads"], r["k_dim"], r["v_dim"], r["context"], r["median_us"]) for r in tri] == [
+        (8, 1, 128, 128, 2048, 20.0)
+    ]
+    assert "prefill_attention_triton" not in doc["kernels"]  # no Triton prefill row measured: no family
     prefill = {
         (r["heads"], r["kv_heads"], r["qk_dim"], r["v_dim"], r["tokens"], r["context"]): r["median_us"]
         for r in rows(doc, "prefill_attention")

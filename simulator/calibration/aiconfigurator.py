@@ -46,12 +46,16 @@ KV = {"bfloat16": "bf16", "fp8": "fp8_e4m3"}
 KERNEL_PREFERENCE = (
     "fa3",
     "flash_attention",
+    "trtllm_mha",  # SGLang's Blackwell default for GQA attention (server_args.py), ahead of FlashInfer's
     "sglang_fused_moe_triton",
     "sglang_marlin_moe",
     "SGLang_CustomAllReduce_graph",
     "NCCL",
 )
 EXCLUDED_KERNELS = re.compile(r"situ_as_silu|eager")  # a stand-in epilogue; an un-graphed all-reduce
+# SGLang's Triton attention backend: its rows are its own families (decode/prefill_attention_triton), never the
+# engine's default kernels' (a shape only Triton measured stays on the roofline there).
+TRITON = "triton"
 
 NOTES = (
     "MLA tables are DeepSeek-shaped (qk_nope 128, rope 64, v_head 128, latent 512+64); num_heads is heads per "
@@ -371,9 +375,34 @@ def _decode_attention_mla(t: dict[str, Read]) -> list[Entry]:
 
 
 def _decode_attention_gqa(t: dict[str, Read]) -> list[Entry]:
+    return _generation_attention(t, triton=False)
+
+
+def _decode_attention_triton(t: dict[str, Read]) -> list[Entry]:
+    """SGLang's Triton split-KV decode, keyed as the Triton family (K and V of head_dim each)."""
+    return [
+        (
+            {
+                "q_heads": s["q_heads"],
+                "kv_heads": s["kv_heads"],
+                "k_dim": s["head_dim"],
+                "v_dim": s["head_dim"],
+                **{k: s[k] for k in ("batch", "context", "kv", "page_size")},
+            },
+            us,
+        )
+        for s, us in _generation_attention(t, triton=True)
+    ]
+
+
+def _generation_attention(t: dict[str, Read], triton: bool) -> list[Entry]:
     r_ = t["generation_attention"]
     rows = _preferred(
-        (r for r in r_.rows if r["kv_cache_dtype"] in KV and r["window_size"] == 0),
+        (
+            r
+            for r in r_.rows
+            if r["kv_cache_dtype"] in KV and r["window_size"] == 0 and (r["kernel_source"] == TRITON) == triton
+        ),
         lambda r: (
             r["kv_cache_dtype"],
             r["num_heads"],
@@ -390,6 +419,31 @@ def _decode_attention_gqa(t: dict[str, Read]) -> list[Entry]:
             _us(r),
         )
         for (kv, hq, hk, d, b, c), r in rows.items()
+    ]
+
+
+def _prefill_attention_triton(t: dict[str, Read]) -> list[Entry]:
+    """SGLang's Triton extend (prefill) kernel: the GQA context rows it measured."""
+    return _context_attention(t["context_attention"], triton=True)
+
+
+def _context_attention(gqa: Read, triton: bool) -> list[Entry]:
+    rows = _preferred(
+        (
+            r
+            for r in gqa.rows
+            if r["kv_cache_dtype"] == "bfloat16"
+            and r["attn_dtype"] == "bfloat16"
+            and r["batch_size"] == 1
+            and r["window_size"] == 0
+            and (r["kernel_source"] == TRITON) == triton
+        ),
+        lambda r: (r["num_heads"], r["num_key_value_heads"], r["head_dim"], r["isl"]),
+        gqa,
+    )
+    return [
+        ({"heads": hq, "kv_heads": hk, "qk_dim": d, "v_dim": d, "tokens": isl, "context": isl, "topk": 0}, _us(r))
+        for (hq, hk, d, isl), r in rows.items()
     ]
 
 
@@ -421,23 +475,7 @@ def _prefill_attention(t: dict[str, Read]) -> list[Entry]:
                 _us(r),
             )
         )
-    rows = _preferred(
-        (
-            r
-            for r in gqa.rows
-            if r["kv_cache_dtype"] == "bfloat16"
-            and r["attn_dtype"] == "bfloat16"
-            and r["batch_size"] == 1
-            and r["window_size"] == 0
-        ),
-        lambda r: (r["num_heads"], r["num_key_value_heads"], r["head_dim"], r["isl"]),
-        gqa,
-    )
-    for (hq, hk, d, isl), r in rows.items():
-        out.append(
-            ({"heads": hq, "kv_heads": hk, "qk_dim": d, "v_dim": d, "tokens": isl, "context": isl, "topk": 0}, _us(r))
-        )
-    return out
+    return out + _context_attention(gqa, triton=False)
 
 
 DEVICES = {"h200_sxm": "H200", "h100_sxm": "H100", "b200_sxm": "B200", "a100_sxm": "A100"}  # a system's GPU
@@ -495,11 +533,14 @@ def _collective(name: str, op_name: str | None) -> Callable[[dict[str, Read]], l
     return mapping
 
 
+OPTIONAL_FAMILIES = frozenset({"decode_attention_triton", "prefill_attention_triton"})
 MAPPINGS: dict[str, tuple[tuple[str, ...], Callable[..., list[Entry]]]] = {
     "gemm": (("gemm", "mla_bmm"), _gemm),
     "decode_attention_mla": (("generation_mla",), _decode_attention_mla),
     "decode_attention_gqa": (("generation_attention",), _decode_attention_gqa),
     "prefill_attention": (("context_mla", "context_attention"), _prefill_attention),
+    "decode_attention_triton": (("generation_attention",), _decode_attention_triton),
+    "prefill_attention_triton": (("context_attention",), _prefill_attention_triton),
     "fused_moe": (("moe",), _fused_moe),  # also takes the routing distribution
     "allreduce": (("allreduce",), _collective("allreduce", None)),
     "allgather": (("allgather",), _collective("allgather", "all_gather")),
@@ -533,6 +574,8 @@ def convert(
             continue  # only an optional table can be absent: its family stays on the roofline
         found = mapping(reads, moe_distribution) if family == "fused_moe" else mapping(reads)
         entries = sorted(found, key=lambda e: json.dumps(e[0], sort_keys=True))
+        if not entries and family in OPTIONAL_FAMILIES:
+            continue  # the tables hold no such kernel's rows (A100's: no Triton backend measured)
         if not entries:
             raise InputError(
                 f"{reads[names[0]].path}: no rows map onto phaseplan's {family} (formats "

@@ -92,6 +92,18 @@ GROUPS = (
         lambda s: s["weights"] == "int4" and s["tp"] * s["ep"] == 8,
         ("mem_eff_int4", "mma_eff_int4_moe"),
     ),
+    Group(
+        "decode attention, SGLang's Triton split-KV kernel (BF16 cache; context >= 1K)",
+        ("decode_attention_triton",),
+        _decode("bf16"),
+        ("triton_cta_gbs", "triton_ctas_per_sm", "floor_triton_decode_us"),
+    ),
+    Group(
+        "prefill attention, SGLang's Triton extend kernel (no prefix, >= 512 tokens; the floor above)",
+        ("prefill_attention_triton",),
+        lambda s: s["tokens"] >= 512,
+        ("mma_eff_prefill_attn_triton",),
+    ),
     Group("all-reduce", ("allreduce",), lambda s: True, ("allreduce_latency_us", "nvlink_eff")),
     Group("all-gather", ("allgather",), lambda s: True, ("latency_allgather_us", "nvlink_eff_allgather")),
     Group(

@@ -26,6 +26,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("HardwareSpec", "copy_gbs"): (1, 1e6, "GB/s of device copy bandwidth per GPU"),
     ("HardwareSpec", "bf16_tflops"): (0.01, 1e6, "dense BF16 TFLOP/s per GPU"),
     ("HardwareSpec", "fp8_tflops"): (0.01, 1e6, "dense FP8 TFLOP/s per GPU"),
+    ("HardwareSpec", "sm_count"): (1, 1024, "streaming multiprocessors per GPU (today's largest carry under 200)"),
     ("HardwareSpec", "nvlink_gbs"): (0.01, 1e6, "GB/s of NVLink bandwidth per GPU"),
     ("HardwareSpec", "kernel_floor_us"): (0.01, 1e5, "µs of a kernel launch and tail"),
     ("HardwareSpec", "allreduce_latency_us"): (0.01, 1e5, "µs of an all-reduce's latency"),

@@ -25,6 +25,7 @@ from simulator.config.specs import (
     HardwareSpec,
     KVFormat,
     ModelSpec,
+    RooflineFit,
     RoutingPolicy,
     WeightFormat,
 )
@@ -83,6 +84,12 @@ class Pool(Strict):
         "flat", description="KV-cache layout: flat, or tiled (MLA only: the RoPE part kept in BF16)."
     )
     page_size: PositiveInt = Field(64, description="Tokens per KV-cache page.")
+    attention_backend: Literal["default", "triton"] = Field(
+        "default",
+        description="Attention kernels (SGLang's --attention-backend): default, the engine's own for the GPU "
+        "(FlashInfer, FA3, FlashMLA, TRT-LLM: what the measured tables hold), or triton, SGLang's Triton kernels "
+        "(a split-KV decode that gives a few sequences a few CTAs; a slower prefill).",
+    )
     max_running: PositiveInt = Field(
         256, description="Most requests running on one instance at once (SGLang's --max-running-requests)."
     )
@@ -673,6 +680,11 @@ def check_pool_fits_model(model: ModelSpec, hardware: HardwareSpec, name: str, p
         )
     if pool.kv_layout == "tiled" and a.type != "mla":
         raise ValueError(f"{where}.kv_layout: 'tiled' is an MLA cache layout; a GQA cache is 'flat'")
+    if pool.attention_backend == "triton" and model.indexer is not None:
+        raise ValueError(
+            f"{where}.attention_backend: 'triton' with model {model.name}'s sparse (DSA) attention: SGLang runs a DSA "
+            "model on its own NSA kernels; use 'default'"
+        )
     if pool.weights_scheme is not None and pool.weights_scheme not in model.schemes:
         raise ValueError(
             f"{where}.weights_scheme: model {model.name} has no scheme "
@@ -797,4 +809,11 @@ def _figures_in_use(hw: dict[str, Any], pools: list[Pool]) -> dict[str, Any]:
         unused |= HardwareSpec.SCALE_OUT_FIELDS
     if not any(tiers.has_tiers(p) for p in pools):
         unused |= HardwareSpec.HOST_LINK_FIELDS
-    return {k: v for k, v in hw.items() if k not in unused}
+    out = {k: v for k, v in hw.items() if k not in unused}
+    if not any(p.attention_backend == "triton" for p in pools):
+        out = {k: v for k, v in out.items() if k not in HardwareSpec.TRITON_FIELDS}
+        fit = out.get("roofline")
+        if isinstance(fit, dict) and isinstance(fit.get("factors"), dict):
+            factors = {k: v for k, v in fit["factors"].items() if k not in RooflineFit.TRITON_FACTORS}
+            out["roofline"] = {**fit, "factors": factors}
+    return out

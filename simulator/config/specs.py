@@ -175,6 +175,11 @@ class RooflineFit(Strict):
         description="Roofline factors by name (simulator.pricing.roofline.Factors)."
     )
 
+    # The factors of SGLang's Triton attention kernels: a Result lists them only where a pool runs that backend.
+    TRITON_FACTORS: ClassVar[frozenset[str]] = frozenset(
+        {"triton_cta_gbs", "triton_ctas_per_sm", "floor_triton_decode_us", "mma_eff_prefill_attn_triton"}
+    )
+
 
 class HardwareSpec(Strict):
     name: str = Field(description="The GPU's name.")
@@ -204,11 +209,14 @@ class HardwareSpec(Strict):
     host_link_shares_nic: bool = Field(
         True, description="The host link is the PCIe link the GPU's RDMA NIC uses too (false: NVLink-C2C)."
     )
+    # SGLang's Triton attention kernels split a sequence's context by the GPU's SMs (simulator/pricing/roofline.py)
+    sm_count: PositiveInt = Field(132, description="Streaming multiprocessors per GPU (H100/H200 SXM 132, B200 148).")
 
     # The fields above that a Result's resolved scenario carries only when a pool uses them.
     FP4_FIELDS: ClassVar[frozenset[str]] = frozenset({"fp4_tflops"})
     SCALE_OUT_FIELDS: ClassVar[frozenset[str]] = frozenset({"gpus_per_node", "scaleout_gbs"})
     HOST_LINK_FIELDS: ClassVar[frozenset[str]] = frozenset({"host_link_gbs", "host_link_shares_nic"})
+    TRITON_FIELDS: ClassVar[frozenset[str]] = frozenset({"sm_count"})
     roofline: RooflineFit | None = Field(
         None, description="Roofline factors fitted to measured tables; null: the roofline's documented defaults."
     )

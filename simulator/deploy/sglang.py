@@ -89,6 +89,8 @@ def server(sc: Scenario, r: flags.Release, pool: Pool, s: Slot, role: str, disag
     argv += ["--page-size", str(pool.page_size)]
     if pool.recv_interval > 1:
         argv += ["--scheduler-recv-interval", str(pool.recv_interval)]
+    if pool.attention_backend == "triton":
+        argv += ["--attention-backend", "triton"]
     if not sc.prefix_cache.enabled:
         argv += ["--disable-radix-cache"]
     spec = pool.speculative

@@ -117,6 +117,11 @@ def launch(sc: Scenario, release: flags.Release | None = None) -> Launch:
                 f"{role} pool: recv_interval {pool.recv_interval} is SGLang's --scheduler-recv-interval; vLLM's "
                 "scheduler takes new requests every step, as the plan does not"
             )
+        if pool.attention_backend == "triton":
+            notes.append(
+                f"{role} pool: attention_backend triton is priced as SGLang's Triton kernels; vLLM's own Triton "
+                "backends are other kernels, so the command keeps vLLM's default attention"
+            )
         if pool.dp > 1 and pool.nodes == 1 and pool.tp < sc.hardware_of(pool).gpus_per_node:
             notes.append(f"{role} pool: DP ranks of instances that share a node need distinct --data-parallel-rpc-port")
         commands += [server(sc, r, pool, s, role, disagg) for s in slots(sc, role, pool)]

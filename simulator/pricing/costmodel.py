@@ -57,7 +57,7 @@ from simulator.pricing.speculative import draft_ops, verify_ops
 from simulator.pricing.tier_pricing import TierPricing
 from simulator.pricing.usage import SOURCES, Usage
 
-ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa"})
+ATTENTION = frozenset({"decode_attention_mla", "decode_attention_gqa", "decode_attention_triton"})
 VARYING = DECODE_CONTEXT_FAMILIES | {"integrity_check"}
 LAYERS = "decode_layers"  # the breakdown's name for the engine's per-layer cost of a graphed decode step
 LAUNCH = "eager_launch"  # the breakdown's name for what an eager step's kernel launches add beyond its kernels

@@ -19,7 +19,8 @@ MLA runs in two forms. Decode uses the absorbed form (queries projected into the
 uses the unabsorbed ("MHA") form, as DeepSeek, SGLang and vLLM do: the chunk's whole context is expanded by
 `kv_b_proj` into per-head K/V, then plain attention with qk = nope + rope, v = v_head_dim — about 3.4× fewer
 attention FLOPs than the absorbed form, which outweighs the expansion GEMM. Sparse (DSA) prefill stays in the
-absorbed MQA form, because each query attends to its own top-k set of latents (FlashMLA's sparse prefill).
+absorbed MQA form, because each query attends to its own top-k set of latents (FlashMLA's sparse prefill), and so
+does a chunk after a prefix on SGLang's Triton backend.
 
 DP attention with wide EP (`pool.dp` > 1, ep = tp; simulator/config/parallel.py): each DP rank runs attention,
 dense layers, shared experts and the head for its own sequences over its attention TP group of tp / dp GPUs,
@@ -74,6 +75,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "decode_attention_mla": ("heads", "batch", "context", "kv", "layout", "page_size"),
     "decode_attention_gqa": ("q_heads", "kv_heads", "head_dim", "batch", "context", "kv", "page_size"),
     "prefill_attention": ("heads", "kv_heads", "qk_dim", "v_dim", "tokens", "context", "topk"),
+    # SGLang's Triton attention backend (Pool.attention_backend): its own kernels, priced and measured apart
+    "decode_attention_triton": ("q_heads", "kv_heads", "k_dim", "v_dim", "batch", "context", "kv", "page_size"),
+    "prefill_attention_triton": ("heads", "kv_heads", "qk_dim", "v_dim", "tokens", "context", "topk"),
     "decode_indexer": ("heads", "head_dim", "key_bytes", "topk", "batch", "context"),
     "prefill_indexer": ("heads", "head_dim", "key_bytes", "topk", "tokens", "context"),
     "gemm": ("m", "n", "k", "batch", "weights", "group"),
@@ -94,7 +98,9 @@ _KEYS = {f: frozenset(keys) for f, keys in FAMILIES.items()}
 # One GPU cannot time collectives: the roofline prices them, or a third party's measured table.
 COLLECTIVES = frozenset({"allreduce", "allgather", "alltoall"})
 # Families whose time moves with the decode batch's context (or pages) while the batch stays the same.
-DECODE_CONTEXT_FAMILIES = frozenset({"decode_attention_mla", "decode_attention_gqa", "decode_indexer"})
+DECODE_CONTEXT_FAMILIES = frozenset(
+    {"decode_attention_mla", "decode_attention_gqa", "decode_attention_triton", "decode_indexer"}
+)
 
 # Bundled studies' operating points, and the extra grid a profile needs to interpolate between them.
 STUDY_BATCHES = tuple(2**i for i in range(9))  # decode batch 1..256
@@ -346,7 +352,21 @@ def _decode(b: _Builder, batch: int, context: int, integrity_pages: int, queries
         return
     batch = _rank_rows(b, batch)
     a, L, tp = model.attention, model.layers, b.tp
-    if isinstance(a, MLA):
+    if pool.attention_backend == "triton":  # MLA: one KV head, the 576-wide latent as K, its first 512 as V
+        mla = isinstance(a, MLA)
+        b.add(
+            "decode_attention_triton",
+            L,
+            q_heads=_div(a.heads, tp) * queries,
+            kv_heads=1 if mla else _div(a.kv_heads, tp),
+            k_dim=a.kv_lora_rank + a.qk_rope_head_dim if mla else a.head_dim,
+            v_dim=a.kv_lora_rank if mla else a.head_dim,
+            batch=batch,
+            context=_attended(model, context),
+            kv=pool.kv_cache,
+            page_size=pool.page_size,
+        )
+    elif isinstance(a, MLA):
         b.add(
             "decode_attention_mla",
             L,
@@ -385,11 +405,16 @@ def _chunk(b: _Builder, t: int, before: int) -> None:
     model = b.model
     a, L, tp = model.attention, model.layers, b.tp
     topk = model.indexer.topk if model.indexer else 0
+    family = "prefill_attention_triton" if b.pool.attention_backend == "triton" else "prefill_attention"
     if isinstance(a, MLA):
         heads = _div(a.heads, tp)
-        if model.indexer:  # sparse: absorbed MQA over the latents
+        # SGLang's Triton backend runs the MHA form only for a chunk with no prefix (deepseek_v2.py
+        # `handle_attention_triton`); a chunk after cached tokens is attended in the absorbed form (its W_UK/W_UV
+        # rows, a small share of the chunk's attention, are not priced)
+        absorbed = family == "prefill_attention_triton" and before > 0
+        if model.indexer or absorbed:  # absorbed MQA over the latents (sparse: the top-k of them)
             b.add(
-                "prefill_attention",
+                family,
                 L,
                 heads=heads,
                 kv_heads=1,
@@ -402,7 +427,7 @@ def _chunk(b: _Builder, t: int, before: int) -> None:
         else:  # expand the whole context's latents into per-head K_nope and V, then MHA
             b.gemm("attention", before + t, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, L)
             b.add(
-                "prefill_attention",
+                family,
                 L,
                 heads=heads,
                 kv_heads=heads,
@@ -414,7 +439,7 @@ def _chunk(b: _Builder, t: int, before: int) -> None:
             )
     else:
         b.add(
-            "prefill_attention",
+            family,
             L,
             heads=_div(a.heads, tp),
             kv_heads=_div(a.kv_heads, tp),
@@ -751,12 +776,12 @@ def _study_steps(model: ModelSpec, pool: Pool) -> Iterable[list[Op]]:
 
 def _grid(family: str, s: Mapping[str, int | str], local_experts: int) -> Iterable[dict[str, int | str]]:
     """Neighbours of one profiled shape along the family's interpolation axes."""
-    if family in ("decode_attention_mla", "decode_attention_gqa", "decode_indexer"):
+    if family in DECODE_CONTEXT_FAMILIES:
         for batch in {*GRID_OUTER, int(s["batch"])}:
             for ctx in GRID_CONTEXT:
                 if batch * ctx <= MAX_KV_TOKENS:
                     yield {**s, "batch": batch, "context": ctx}
-    elif family in ("prefill_attention", "prefill_indexer"):
+    elif family in ("prefill_attention", "prefill_attention_triton", "prefill_indexer"):
         for tokens in {*GRID_OUTER, *STUDY_CHUNKS, int(s["tokens"])}:
             for prefix in GRID_PREFIX:
                 yield {**s, "tokens": tokens, "context": tokens + prefix}

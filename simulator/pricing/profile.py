@@ -48,10 +48,12 @@ class Axes:
 AXES: dict[str, Axes] = {
     "decode_attention_mla": Axes("batch", ("context",), _key("context")),
     "decode_attention_gqa": Axes("batch", ("context",), _key("context")),
+    "decode_attention_triton": Axes("batch", ("context",), _key("context")),
     "decode_indexer": Axes("batch", ("context",), _key("context")),
     # Prefill reads along the prefix (context before the chunk), so a chunk with no prefix lies inside the
     # table of every chunk size.
     "prefill_attention": Axes("tokens", ("context",), lambda s: s["context"] - s["tokens"]),
+    "prefill_attention_triton": Axes("tokens", ("context",), lambda s: s["context"] - s["tokens"]),
     "prefill_indexer": Axes("tokens", ("context",), lambda s: s["context"] - s["tokens"]),
     # Grouped expert GEMMs read along tokens per touched expert, which every expert count shares from 1 up.
     "moe_gemm": Axes("experts", ("tokens",), lambda s: s["tokens"] / s["experts"]),

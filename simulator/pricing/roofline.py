@@ -123,8 +123,33 @@ NVLINK_EFF = 0.45
 A2A_NVLINK_EFF = 0.40
 A2A_RDMA_EFF = 0.80
 
+# SGLang's Triton attention backend (`--attention-backend triton`) runs its own kernels, not the FlashInfer/FA3/
+# TRT-LLM ones the other families' tables measure. Its split-KV decode kernel (sglang srt/layers/attention/
+# triton_ops/decode_attention.py, `_fwd_grouped_kernel_stage1`, the same in 0.5.6 and 0.5.14) gives each CTA one
+# sequence, a block of 16 query heads sharing a KV head (BLOCK_H; MLA: all of a rank's heads share its latent) and
+# one of at most 8 slices of the context (`--triton-attention-num-kv-splits`, default 8; fewer only once the grid
+# fills the GPU: triton_backend.py `get_num_kv_splits_triton`), and walks its slice 32 tokens at a time, K and V
+# tiles in turn. So a CTA streams at its own rate, and a few sequences use a few CTAs of the GPU's SMs: at one
+# sequence of an MLA model 16 CTAs, whatever the context. Time = floor + bytes the CTAs stream / (CTA rate ×
+# CTAs at once), the CTAs at once min(8 × sequences × head blocks, SMs × CTAs per SM). The rate, the CTAs per SM
+# and the floor are fitted to AIConfigurator's measured Triton rows (`phaseplan profile fit`, docs/calibration.md);
+# the defaults are H200's fit.
+TRITON_KV_SPLITS = 8
+TRITON_BLOCK_H = 16
+TRITON_CTA_GBS = 13.02
+TRITON_CTAS_PER_SM = 1.46
+# Its prefill (extend) kernel is a Triton flash-attention forward: AIConfigurator's B200 rows reach ~170-200
+# TFLOP/s at head dims 192-256 where TRT-LLM's reach ~1,100 (docs/calibration.md). Default: H200's fit.
+MMA_EFF_PREFILL_ATTN_TRITON = 0.1113
+
 # Launches per op: split-KV decode writes partials, then merges them; the indexer computes logits, then top-k.
-KERNELS = {"decode_attention_mla": 2, "decode_attention_gqa": 2, "decode_indexer": 2, "prefill_indexer": 2}
+KERNELS = {
+    "decode_attention_mla": 2,
+    "decode_attention_gqa": 2,
+    "decode_attention_triton": 2,
+    "decode_indexer": 2,
+    "prefill_indexer": 2,
+}
 
 # Bytes per value of a KV-cache format; an MLA latent row in the tiled FP8 layout: 512 e4m3 + 4 fp32 scales +
 # the 64 rope values in BF16 (models.md).
@@ -183,6 +208,11 @@ class Factors:
     # all-reduce: ~12 µs of latency on H200); None: the all-reduce's (`allreduce_latency_us`, `nvlink_eff`).
     latency_allgather_us: float | None = None
     nvlink_eff_allgather: float | None = None
+    # SGLang's Triton attention kernels (`Pool.attention_backend: triton`; TRITON_* above)
+    triton_cta_gbs: float = TRITON_CTA_GBS
+    triton_ctas_per_sm: float = TRITON_CTAS_PER_SM
+    floor_triton_decode_us: float | None = None
+    mma_eff_prefill_attn_triton: float = MMA_EFF_PREFILL_ATTN_TRITON
 
 
 FACTOR_NAMES = frozenset(f.name for f in fields(Factors))
@@ -193,6 +223,8 @@ _FLOOR = {
     "decode_attention_mla": "floor_decode_attn_us",
     "decode_attention_gqa": "floor_decode_attn_us",
     "prefill_attention": "floor_prefill_attn_us",
+    "decode_attention_triton": "floor_triton_decode_us",
+    "prefill_attention_triton": "floor_prefill_attn_us",
 }
 _factors: dict[tuple, Factors] = {}
 
@@ -250,6 +282,10 @@ class Work:
 # Scalars stay Python floats (a step prices dozens of scalar ops; numpy's per-call overhead would dominate).
 def _maximum(a: Any, b: Any) -> Any:
     return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
+
+
+def _minimum(a: Any, b: Any) -> Any:
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
 
 
 def _pad(x: Any) -> Any:
@@ -333,7 +369,12 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             KERNELS[family],
             extra_us=f.fp8_kv_floor_us if kv == "fp8_e4m3" else 0.0,
         )
-    if family == "prefill_attention":
+    if family == "decode_attention_triton":
+        hq, hk, b, c = s["q_heads"], s["kv_heads"], s["batch"], s["context"]
+        loaded = b * c * triton_head_blocks(hq, hk) * (s["k_dim"] + s["v_dim"]) * KV_BYTES[s["kv"]]
+        flops = 2.0 * b * c * hq * (s["k_dim"] + s["v_dim"])
+        return Work(loaded, flops, flops, "bf16", 1.0, 1.0, kernels=KERNELS[family])
+    if family in ("prefill_attention", "prefill_attention_triton"):
         h, hk, dq, dv, t, c = s["heads"], s["kv_heads"], s["qk_dim"], s["v_dim"], s["tokens"], s["context"]
         pairs = _causal_pairs(t, c, s["topk"])
         block = f.sparse_attn_head_block
@@ -344,7 +385,7 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
             2.0 * run * pairs * (dq + dv),
             "bf16",
             f.mem_eff_decode_attn,
-            f.mma_eff_prefill_attn,
+            f.mma_eff_prefill_attn_triton if family == "prefill_attention_triton" else f.mma_eff_prefill_attn,
         )
     if family in ("decode_indexer", "prefill_indexer"):
         h, d, kb = s["heads"], s["head_dim"], s["key_bytes"]
@@ -372,6 +413,21 @@ def work(family: str, s: Mapping[str, Any], f: Factors = DEFAULT) -> Work:
     raise KeyError(f"no roofline for op family '{family}'")
 
 
+def triton_head_blocks(q_heads: int, kv_heads: int) -> int:
+    """CTAs one sequence's slice of context needs in SGLang's Triton decode: a block of up to 16 query heads that
+    share a KV head each (a KV head with more query heads takes several blocks, each loading the KV again)."""
+    group = max(1, q_heads // max(1, kv_heads))
+    return kv_heads * -(-group // min(TRITON_BLOCK_H, group))
+
+
+def triton_decode_us(s: Mapping[str, Any], f: Factors, sm_count: int) -> Any:
+    """The Triton split-KV decode's streaming time (no floors): the bytes its CTAs load at one CTA's rate times the
+    CTAs that run at once (TRITON_KV_SPLITS above)."""
+    ctas = TRITON_KV_SPLITS * s["batch"] * triton_head_blocks(s["q_heads"], s["kv_heads"])
+    at_once = _minimum(ctas, sm_count * f.triton_ctas_per_sm)
+    return work("decode_attention_triton", s, f).bytes / (f.triton_cta_gbs * 1e3 * at_once)
+
+
 def _rate_tflops(rate: str, hw: HardwareSpec, f: Factors) -> float:
     if rate == "fp8":
         return hw.fp8_tflops
@@ -393,6 +449,9 @@ def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, 
     whose math does not overlap its loads, the memory term carries both (its time is then that term + floors)."""
     f = factors(hw)
     w = work(family, s, f)
+    if family == "decode_attention_triton":  # CTA-bound, not HBM-bound: its rate includes its math
+        mem = triton_decode_us(s, f, hw.sm_count)
+        return mem, 0.0 * mem, w.kernels * floor_us(family, f, hw)
     mem = w.bytes / (hw.copy_gbs * w.mem_eff * 1e3) * w.mem_factor
     mma = w.padded_flops / (_rate_tflops(w.rate, hw, f) * w.mma_eff * 1e6)
     floor = w.kernels * floor_us(family, f, hw) + w.extra_us
