@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,7 +134,7 @@ def test_deploy_passes_the_backend_to_sglang_and_notes_it_for_vllm() -> None:
 
 def test_fitted_factors_describe_the_measured_rows() -> None:
     """The presets' Triton factors reproduce AIConfigurator's B200 Triton decode rows within the fit's spread."""
-    doc = json.loads(open("profiles/b200-sglang.json").read())
+    doc = json.loads((Path(__file__).resolve().parents[1] / "profiles/b200-sglang.json").read_text())
     t = doc["kernels"]["decode_attention_triton"]
     rows = [dict(zip(t["columns"], r, strict=True)) for r in t["rows"]]
     errs = [

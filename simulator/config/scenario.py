@@ -801,7 +801,7 @@ class Scenario(Strict):
 
 
 def _figures_in_use(hw: dict[str, Any], pools: list[Pool]) -> dict[str, Any]:
-    """A hardware dump without the figures none of `pools` uses (FP4, scale-out, the host link)."""
+    """A hardware dump without the figures none of `pools` uses (FP4, scale-out, the host link, the Triton kernels')."""
     unused = set()
     if not any(p.weights in FP4_FORMATS for p in pools):
         unused |= HardwareSpec.FP4_FIELDS
@@ -809,11 +809,14 @@ def _figures_in_use(hw: dict[str, Any], pools: list[Pool]) -> dict[str, Any]:
         unused |= HardwareSpec.SCALE_OUT_FIELDS
     if not any(tiers.has_tiers(p) for p in pools):
         unused |= HardwareSpec.HOST_LINK_FIELDS
+    triton = any(p.attention_backend == "triton" for p in pools)
+    if not triton:
+        unused |= HardwareSpec.TRITON_FIELDS
     out = {k: v for k, v in hw.items() if k not in unused}
-    if not any(p.attention_backend == "triton" for p in pools):
-        out = {k: v for k, v in out.items() if k not in HardwareSpec.TRITON_FIELDS}
-        fit = out.get("roofline")
-        if isinstance(fit, dict) and isinstance(fit.get("factors"), dict):
-            factors = {k: v for k, v in fit["factors"].items() if k not in RooflineFit.TRITON_FACTORS}
-            out["roofline"] = {**fit, "factors": factors}
+    fit = out.get("roofline")
+    if not triton and isinstance(fit, dict) and isinstance(fit.get("factors"), dict):
+        out["roofline"] = {
+            **fit,
+            "factors": {k: v for k, v in fit["factors"].items() if k not in RooflineFit.TRITON_FACTORS},
+        }
     return out

@@ -420,12 +420,11 @@ def triton_head_blocks(q_heads: int, kv_heads: int) -> int:
     return kv_heads * -(-group // min(TRITON_BLOCK_H, group))
 
 
-def triton_decode_us(s: Mapping[str, Any], f: Factors, sm_count: int) -> Any:
-    """The Triton split-KV decode's streaming time (no floors): the bytes its CTAs load at one CTA's rate times the
-    CTAs that run at once (TRITON_KV_SPLITS above)."""
+def triton_ctas_at_once(s: Mapping[str, Any], f: Factors, sm_count: int) -> Any:
+    """CTAs of the Triton split-KV decode that run at once: its grid (TRITON_KV_SPLITS slices of each sequence's
+    head blocks, above) up to what the GPU's SMs hold."""
     ctas = TRITON_KV_SPLITS * s["batch"] * triton_head_blocks(s["q_heads"], s["kv_heads"])
-    at_once = _minimum(ctas, sm_count * f.triton_ctas_per_sm)
-    return work("decode_attention_triton", s, f).bytes / (f.triton_cta_gbs * 1e3 * at_once)
+    return _minimum(ctas, sm_count * f.triton_ctas_per_sm)
 
 
 def _rate_tflops(rate: str, hw: HardwareSpec, f: Factors) -> float:
@@ -450,7 +449,7 @@ def terms_us(family: str, s: Mapping[str, Any], hw: HardwareSpec) -> tuple[Any, 
     f = factors(hw)
     w = work(family, s, f)
     if family == "decode_attention_triton":  # CTA-bound, not HBM-bound: its rate includes its math
-        mem = triton_decode_us(s, f, hw.sm_count)
+        mem = w.bytes / (f.triton_cta_gbs * 1e3 * triton_ctas_at_once(s, f, hw.sm_count))
         return mem, 0.0 * mem, w.kernels * floor_us(family, f, hw)
     mem = w.bytes / (hw.copy_gbs * w.mem_eff * 1e3) * w.mem_factor
     mma = w.padded_flops / (_rate_tflops(w.rate, hw, f) * w.mma_eff * 1e6)
