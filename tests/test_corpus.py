@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -301,3 +303,26 @@ def test_the_case_tables_two_line_header_prints_as_two_lines() -> None:
     head = out.get().splitlines()[:2]
     assert head[0].rstrip().endswith("source") and head[1].rstrip().endswith("left out"), head
     assert "\\n" not in out.get()
+
+
+def _clipped_mean(median: float, sigma: float, cap: float) -> float:
+    """E[min(X, cap)] of a lognormal X: the mean of lengths drawn about `median` and clipped at `cap`."""
+    mu, n = math.log(median), statistics.NormalDist()
+    return math.exp(mu + sigma**2 / 2) * n.cdf((math.log(cap) - mu - sigma**2) / sigma) + cap * (
+        1 - n.cdf((math.log(cap) - mu) / sigma)
+    )
+
+
+def test_drawn_sharegpt_lengths_keep_the_means_their_run_printed() -> None:
+    """A ShareGPT run prints only its mean lengths, so its case draws them lognormal: each median is the one whose
+    clipped draws average the printed mean its notes state (docs/validation.md)."""
+    drawn = [c for c in suite.load_cases() if c.scenario.traffic.prompt_tokens.dist == "lognormal"]
+    assert len(drawn) >= 22
+    for c in drawn:
+        t = c.scenario.traffic
+        printed = re.search(r"(\d+)\s+prompt(?:,| and)\s+(\d+)\s+output", c.spec.notes)
+        assert printed is not None, c.id
+        for length, mean in zip((t.prompt_tokens, t.output_tokens), printed.groups(), strict=True):
+            assert length.max is not None and length.median is not None, c.id
+            got = _clipped_mean(length.median, length.sigma, length.max)
+            assert got == pytest.approx(int(mean), rel=2e-3), c.id

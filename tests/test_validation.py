@@ -231,7 +231,7 @@ def test_the_fit_recovers_a_parameter_it_is_given() -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the modeled predictions miss the issue's bounds: median |error| 9.6%, but max 161% (376 cases from 36 "
+    reason="the modeled predictions miss the issue's bounds: median |error| 9.6%, but max 126% (376 cases from 36 "
     "sources, 83% within 25%; docs/validation.md: the dense models' bursts and TTFTs on H100, SGLang's thin experts "
     "on B200 and its speculative decoding at batch are the misses)",
 )
@@ -247,7 +247,7 @@ def test_the_held_out_median_meets_issue_42s_bound(result: dict) -> None:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="311 of 376 cases (82.7%) are within ±25% with their source left out; issue 42 asks 85% "
+    reason="312 of 376 cases (83.0%) are within ±25% with their source left out; issue 42 asks 85% "
     "(docs/validation.md, 'What carries each miss')",
 )
 def test_the_held_out_share_within_25_percent_meets_issue_42s_bound(result: dict) -> None:
