@@ -5,6 +5,7 @@ engine they were made on; layouts over several nodes also get LeaderWorkerSet ma
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from pathlib import Path
@@ -177,3 +178,13 @@ def test_plan_out_writes_the_manifests_where_instances_span_nodes(tmp_path: Path
     assert "--engine-version sglang=0.5.14" in (tmp_path / "commands.sh").read_text()
     code, out, err = invoke(monkeypatch, capsys, *args, "--engine-version", "sglang=9.9", "--out", str(tmp_path / "x"))
     assert code == 2 and "no flags file for it" in err and not (tmp_path / "x").exists()
+
+
+def test_a_clipped_lognormal_is_sent_at_the_mean_its_work_estimate_takes() -> None:
+    """The clients draw uniform lengths, so a lognormal one is sent at its mean: median · e^(σ²/2), no more than
+    its clip (the budget's `mean_length`)."""
+    sc, _ = loader.load(ROOT / "validation/scenarios/qwen3-8b-h100.yaml")
+    notes: list[str] = []
+    prompt, output, ratio = bench.lengths(sc, notes)
+    assert (prompt, output, ratio) == (round(151.3 * math.exp(0.5)), round(135.8 * math.exp(0.5)), 1.0)
+    assert f"lognormal lengths sent at their mean, {prompt} tokens" in notes[0]

@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.budget import mean_length
 from simulator.config import presets
 from simulator.config.scenario import Length, Scenario, Traffic
 from simulator.deploy import flags
@@ -86,8 +87,7 @@ def _length(spec: Length, what: str, notes: list[str]) -> tuple[int, float]:
     if spec.dist == "uniform" and spec.low is not None and spec.high is not None:
         return spec.high, spec.low / spec.high
     if spec.dist == "lognormal" and spec.median is not None:
-        mean = spec.median * math.exp(spec.sigma**2 / 2)
-        mean = min(mean, spec.max) if spec.max else mean
+        mean = mean_length(spec)
         notes.append(f"{what}: lognormal lengths sent at their mean, {round(mean)} tokens (the clients draw uniform)")
         return max(1, round(mean)), 1.0
     notes.append(f"{what}: {spec.dist} lengths (a file of lengths) are not replayed: 1,024 tokens sent instead")
