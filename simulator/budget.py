@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from statistics import NormalDist
 
 from simulator import input_files
 from simulator.capacity import pool_capacity
@@ -79,9 +80,21 @@ def mean_length(length: Length) -> float:
     if length.dist == "uniform":
         return (length.low + length.high) / 2  # type: ignore[operator]
     if length.dist == "lognormal":
-        mean = length.median * math.exp(min(length.sigma**2 / 2, 700))  # type: ignore[operator]
-        return min(mean, length.max) if length.max is not None else mean
+        return clipped_lognormal_mean(length.median, length.sigma, length.max)  # type: ignore[arg-type]
     return 1.0
+
+
+def clipped_lognormal_mean(median: float, sigma: float, cap: float | None) -> float:
+    """E[min(X, cap)] of a lognormal X about `median`: what lengths drawn and clipped at `cap` average. Not
+    min(E[X], cap), which overstates it wherever the tail past the clip is drawn (ShareGPT's spread at its
+    benchmark's clips: 249 against 233 tokens)."""
+    if cap is None:
+        return median * math.exp(min(sigma**2 / 2, 700))
+    if sigma == 0:
+        return min(median, cap)
+    mu, z = math.log(median), (math.log(cap) - math.log(median)) / sigma
+    normal = NormalDist()
+    return math.exp(mu + sigma**2 / 2) * normal.cdf(z - sigma) + cap * (1 - normal.cdf(z))
 
 
 def _length_file(length: Length, base_dir: Path | None) -> tuple[float, float]:
