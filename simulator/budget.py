@@ -92,9 +92,9 @@ def clipped_lognormal_mean(median: float, sigma: float, cap: float | None) -> fl
         return median * math.exp(min(sigma**2 / 2, 700))
     if sigma == 0:
         return min(median, cap)
-    mu, z = math.log(median), (math.log(cap) - math.log(median)) / sigma
-    normal = NormalDist()
-    return math.exp(mu + sigma**2 / 2) * normal.cdf(z - sigma) + cap * (1 - normal.cdf(z))
+    z = math.log(cap / median) / sigma
+    phi = NormalDist().cdf
+    return median * math.exp(sigma**2 / 2) * phi(z - sigma) + cap * (1 - phi(z))
 
 
 def _length_file(length: Length, base_dir: Path | None) -> tuple[float, float]:

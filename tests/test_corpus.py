@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import math
 import re
-import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from phaseplan.validate import JSON_BUDGET, JSON_FIELDS
+from simulator.budget import mean_length
 from simulator.config.specs import EngineSpec
 from simulator.validation import bands, case, cells, fit, suite
 from simulator.validation.cells import Cell
@@ -305,17 +305,10 @@ def test_the_case_tables_two_line_header_prints_as_two_lines() -> None:
     assert "\\n" not in out.get()
 
 
-def _clipped_mean(median: float, sigma: float, cap: float) -> float:
-    """E[min(X, cap)] of a lognormal X: the mean of lengths drawn about `median` and clipped at `cap`."""
-    mu, n = math.log(median), statistics.NormalDist()
-    return math.exp(mu + sigma**2 / 2) * n.cdf((math.log(cap) - mu - sigma**2) / sigma) + cap * (
-        1 - n.cdf((math.log(cap) - mu) / sigma)
-    )
-
-
 def test_drawn_sharegpt_lengths_keep_the_means_their_run_printed() -> None:
     """A ShareGPT run prints only its mean lengths, so its case draws them lognormal: each median is the one whose
-    clipped draws average the printed mean its notes state (docs/validation.md)."""
+    clipped draws average the printed mean its notes state (docs/validation.md), as the budget's `mean_length`
+    computes it (`tests/test_deploy_bench.py` restates that formula)."""
     drawn = [c for c in suite.load_cases() if c.scenario.traffic.prompt_tokens.dist == "lognormal"]
     assert len(drawn) >= 22
     for c in drawn:
@@ -324,5 +317,5 @@ def test_drawn_sharegpt_lengths_keep_the_means_their_run_printed() -> None:
         assert printed is not None, c.id
         for length, mean in zip((t.prompt_tokens, t.output_tokens), printed.groups(), strict=True):
             assert length.max is not None and length.median is not None, c.id
-            got = _clipped_mean(length.median, length.sigma, length.max)
+            got = mean_length(length)
             assert got == pytest.approx(int(mean), rel=2e-3), c.id
