@@ -43,9 +43,10 @@ METRIC = {  # a metric as the narrow table names it (the unit follows from the n
 
 
 KIND = {"throughput": "tput", "tpot": "TPOT", "ttft": "TTFT", "e2el": "E2E"}
-# A case in `--json`: what judges it (its figures and errors) and whose it is; where it is filed (GPU, weights,
-# model class, regime), its engine version, unit and how it was measured are in `--out`'s CSV. Scripts read the
-# document whole as one argument, which Linux caps at 128 KiB (`JSON_BUDGET`): the corpus must fit it as it grows.
+# A case in `--json`: what judges it (its figures and errors) and whose it is (`source`: its URL's place in the
+# document's `source_urls`, each URL written once); where it is filed (GPU, weights, model class, regime), its engine
+# version, unit and how it was measured are in `--out`'s CSV. Scripts read the document whole as one argument, which
+# Linux caps at 128 KiB (`JSON_BUDGET`): the corpus must fit it as it grows.
 JSON_FIELDS = (
     "id",
     "source_id",
@@ -120,12 +121,15 @@ def register(cli: click.Group, json_option: Callable[..., Any], console: Console
 
 
 def json_doc(res: dict[str, Any], coverage: bool) -> dict[str, Any]:
-    """`--json`: each case's `JSON_FIELDS`, figures rounded (`DIGITS`); the summary over the rounded figures (so
-    it agrees with the cases exactly); the fitted values; with `--coverage` the matrix and the sources too."""
+    """`--json`: each case's `JSON_FIELDS`, figures rounded (`DIGITS`), its source URL as its place in
+    `source_urls`; the summary over the rounded figures (so it agrees with the cases exactly); the fitted values;
+    with `--coverage` the matrix and the sources too."""
     from simulator.validation import suite as vsuite
 
     rounded = [{**r, **{k: _rounded(k, r[k]) for k in JSON_FIELDS}} for r in res["cases"]]
-    doc = {"cases": [{k: r[k] for k in JSON_FIELDS} for r in rounded], **vsuite.summary(rounded)}
+    urls = {url: i for i, url in enumerate(dict.fromkeys(r["source"] for r in rounded))}
+    cases = [{k: urls[r[k]] if k == "source" else r[k] for k in JSON_FIELDS} for r in rounded]
+    doc = {"cases": cases, "source_urls": list(urls), **vsuite.summary(rounded)}
     return doc | {k: res[k] for k in ("fitted", *(("coverage", "by_source") if coverage else ()))}
 
 

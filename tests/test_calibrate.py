@@ -268,8 +268,9 @@ def _rms(rows: list[dict], which: str) -> float:
 def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkeypatch, capsys) -> None:
     """The worked example without --force (docs/examples/sglang-cookbook-dsr1-b200) on the terms before SGLang's
     eager prefill launches were priced (no launch floor, the 88.4 ms request term): with its run held out the fit
-    puts the TTFT figures further off than the preset does; it says so, exits 1 and writes nothing. (GPUStack's
-    GLM-5.2 runs, the issue's example, were refused so until the presets of 2026-12-06; docs/calibration.md §5.)"""
+    puts a kind of figure further off than the preset does (the TTFTs until the presets of 2026-12-07, fifth part;
+    since, the throughputs and TPOTs); it says so, exits 1 and writes nothing. (GPUStack's GLM-5.2 runs, the issue's
+    example, were refused so until the presets of 2026-12-06; docs/calibration.md §5.)"""
     out = tmp_path / "dsr1.yaml"
     args = ["calibrate", "--bench", "docs/examples/sglang-cookbook-dsr1-b200/bench/cookbook.jsonl"]
     args += ["--scenario", "docs/examples/sglang-cookbook-dsr1-b200/deployment.yaml", "--out", str(out)]
@@ -278,7 +279,7 @@ def test_a_fit_that_makes_the_engine_worse_is_not_written(tmp_path: Path, monkey
     code, text = run_cli(monkeypatch, capsys, *args)
     text = " ".join(text.split())
     assert code == 1 and not out.exists()
-    assert "its TTFT figures, each predicted by the terms fitted without its run, are off by" in text
+    assert "its TPOT figures, each predicted by the terms fitted without its run, are off by" in text
     assert f"error: {out} not written: the fit makes sglang-0.5 worse (--force writes it)" in text
 
 

@@ -16,7 +16,15 @@ from simulator.config.specs import HardwareSpec, ModelSpec
 from simulator.errors import InputError
 from simulator.pricing import roofline
 from simulator.pricing.costmodel import CostModel
-from simulator.pricing.ops import Op, compiled_kernels, expected_experts, profile_shapes, step_lines, step_ops
+from simulator.pricing.ops import (
+    Op,
+    chunk_ops,
+    compiled_kernels,
+    expected_experts,
+    profile_shapes,
+    step_lines,
+    step_ops,
+)
 from simulator.pricing.profile import Profile
 from simulator.pricing.usage import Usage
 
@@ -467,6 +475,24 @@ def test_an_eager_step_lasts_at_least_its_kernels_launches() -> None:
     assert floor == 50.0 * (kernels(glm, chained, 0, 1)) == 50.0 * (kernels(glm, Pool(tp=8), 0, 1) + glm.moe_layers)
 
 
+def test_the_prompts_of_one_step_share_their_launches() -> None:
+    """A step's prompts run through one varlen attention kernel (and under MLA one expansion GEMM) per layer:
+    many short prompts launch what one does and pay their own work, not a launch each."""
+    pool = Pool(tp=8, weights="fp8", eager_kernel_us=50.0)
+    cm = CostModel(KIMI, H200, pool, ROOF, True)
+    one, many = cm.eager_floor_us(0, ((128, 0),)), cm.eager_floor_us(0, ((128, 0),) * 128)
+    assert many == one == 50.0 * kernels(KIMI, pool, 0, 1)
+    assert cm.eager_floor_us(0, ((128, 0), (64, 900))) == cm.eager_floor_us(0, ((128, 0), (64, 900)) * 5)
+    gpu = CostModel(KIMI, H200, Pool(tp=8, weights="fp8"), ROOF, True)
+    lines = sum(gpu.line_us(line, x, Usage()) for line, x in step_lines(KIMI, 0, [(128, 0)] * 128).items() if x)
+    own, launch = gpu.chunk_us((128, 0), Usage()), gpu.prompt_launch_us()
+    assert launch == pytest.approx(sum(op_list_us(gpu, chunk_ops(KIMI, gpu.pool, 1, 0)).values()), rel=1e-12)
+    assert gpu.step_s(0, 0, 0, [(128, 0)] * 128) == pytest.approx((lines + 128 * own - 127 * launch) * 1e-6, rel=1e-12)
+    assert 0 < launch < own
+    # never below the dearest prompt's own ops: a long prompt beside one-token ones
+    assert gpu.chunks_us([(4096, 0), (1, 0), (1, 0)], Usage()) == pytest.approx(gpu.chunk_us((4096, 0), Usage()))
+
+
 @pytest.mark.parametrize(
     ("model", "tokens", "pool", "graphed"),
     [
@@ -487,10 +513,10 @@ def test_piecewise_graphs_capture_prefill_steps_where_the_engine_allows(
     assert (cm.eager_floor_us(0, ((tokens, 0),)) == 0.0) is graphed
 
 
-def whole_list_us(cm: CostModel, batch: int, ctx: int, pages: int, chunks: list[tuple[int, int]]) -> dict[str, float]:
-    """A step priced from scratch: every op of `step_ops`, by source (what `step_s` must equal)."""
+def op_list_us(cm: CostModel, ops: list[Op]) -> dict[str, float]:
+    """An op list priced from scratch, by source."""
     out = dict.fromkeys(("table", "fallback", "collective"), 0.0)
-    for op in step_ops(cm.model, cm.pool, batch, ctx, chunks, pages if cm.integrity else 0):
+    for op in ops:
         if op.family in ("allreduce", "allgather"):
             out["collective"] += op.count * float(roofline.op_us(op.family, op.params, H200))
             continue
@@ -498,6 +524,17 @@ def whole_list_us(cm: CostModel, batch: int, ctx: int, pages: int, chunks: list[
         src = "fallback" if t is None else "table"
         out[src] += op.count * (float(roofline.op_us(op.family, op.params, H200)) if t is None else t)
     return out
+
+
+def whole_list_us(cm: CostModel, batch: int, ctx: int, pages: int, chunks: list[tuple[int, int]]) -> dict[str, float]:
+    """A step priced from scratch, by source (what `step_s` must equal): every op of `step_ops`, less the launches
+    its prompts share — each prompt beyond the first does not pay a one-token prompt's own ops again, down to no
+    less than the dearest prompt's own ops alone."""
+    out = op_list_us(cm, step_ops(cm.model, cm.pool, batch, ctx, chunks, pages if cm.integrity else 0))
+    own = [sum(op_list_us(cm, chunk_ops(cm.model, cm.pool, t, b)).values()) for t, b in chunks]
+    launch = op_list_us(cm, chunk_ops(cm.model, cm.pool, 1, 0))
+    share = min(len(own) - 1, (sum(own) - max(own)) / sum(launch.values()))
+    return {src: us - share * launch[src] for src, us in out.items()}
 
 
 @pytest.mark.parametrize("model", [KIMI, GLM5, LLAMA])

@@ -32,6 +32,8 @@ DP2 = {
     "decode_reserve_tokens": 0,
     "max_running": 8,
     "max_batch_tokens": 4096,
+    "frontend_accept_us": 0,  # requests sent at once reach the ranks at once: no API server spreads them
+    "frontend_prepare_us": 0,
 }
 
 

@@ -181,6 +181,8 @@ def test_same_seed_same_bytes_other_seed_other_arrivals() -> None:
             "deployment.decode": {
                 **WIDE_EP,
                 "mem_fraction": 0.4075,
+                "frontend_accept_us": 0,  # the bursts reach the ranks whole (no API server spreading them)
+                "frontend_prepare_us": 0,
                 "page_size": 16,
                 "decode_reserve_tokens": 16,
                 "max_batch_tokens": 2048,

@@ -126,13 +126,13 @@ def test_the_suites_work_is_estimated_before_it_runs(tmp_path, monkeypatch) -> N
     for i in range(3):
         (folder / "cases" / f"c{i}.yaml").write_text(HEAD.format(id=f"c{i}") + body)
     cases = suite.load_cases(folder)
-    assert all(c.requests == 600_000 for c in cases) and suite.MAX_REQUESTS == 20_000_000
-    with pytest.raises(Exception, match=r"about 21,600,000 requests .* over the limit of 20,000,000") as e:
-        suite.check_work(cases * 12, [])  # each evaluated once without parameters
+    assert all(c.requests == 600_000 for c in cases) and suite.MAX_REQUESTS == 40_000_000
+    with pytest.raises(Exception, match=r"about 41,400,000 requests .* over the limit of 40,000,000") as e:
+        suite.check_work(cases * 23, [])  # each evaluated once without parameters
     assert type(e.value).__name__ == "InputError"
-    suite.check_work(cases * 10, [])  # 18M: within
-    with pytest.raises(Exception, match=r"up to 104 times by the fit of 11 parameters"):
-        suite.check_work(cases[:1], fit.load(suite.SUITE / "fit.yaml"))  # 600,000 × 104 (with its source left out)
+    suite.check_work(cases * 22, [])  # 39.6M: within
+    with pytest.raises(Exception, match=r"up to 132 times by the fit of 15 parameters"):
+        suite.check_work(cases[:1], fit.load(suite.SUITE / "fit.yaml"))  # 600,000 × 132 (with its source left out)
     assert fit.evaluations(11) == 1 + fit.ITERATIONS * (11 + fit.BACKTRACKS) + 11 + 1
 
 

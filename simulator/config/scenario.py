@@ -46,6 +46,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "host_step_us": 0.0,
     "dp_sync_us": 0.0,
     "request_latency_us": 0.0,
+    "frontend_accept_us": 0.0,
+    "frontend_prepare_us": 0.0,
     "decode_layer_us": 0.0,
     "router_chain_kernels": 0,
     "eager_kernel_us": 0.0,
@@ -281,6 +283,18 @@ class Pool(Strict):
         0.0,
         description="µs a request spends outside the GPU steps (API server, tokenizer, hand-off to the scheduler, "
         "streaming back): on its TTFT and end-to-end latency, not on the GPU.",
+    )
+    # The API server's one CPU, which takes every request in before its scheduler sees it, one at a time
+    # (engine/frontend.py): the entry pool's values.
+    frontend_accept_us: NonNegativeFloat = Field(
+        0.0,
+        description="µs the API server's one CPU spends accepting each request on arrival (HTTP, chat template); a "
+        "request's preparation queues behind every request that arrived meanwhile.",
+    )
+    frontend_prepare_us: NonNegativeFloat = Field(
+        0.0,
+        description="µs the API server's one CPU then spends preparing each request (tokenizing it, handing it to "
+        "the scheduler), one request at a time.",
     )
     overlap_scheduler: bool = Field(
         True, description="The CPU work of a step runs while the GPU runs the previous one (a step: the longer)."

@@ -316,6 +316,12 @@ class EngineSpec(Strict):
     request_latency_us: NonNegativeFloat = Field(
         0.0, description="µs a request spends outside the GPU steps (API server, tokenizer, streaming back)."
     )
+    frontend_accept_us: NonNegativeFloat = Field(
+        0.0, description="µs the API server's one CPU spends accepting each request (HTTP, chat template)."
+    )
+    frontend_prepare_us: NonNegativeFloat = Field(
+        0.0, description="µs the API server's one CPU spends preparing each request (tokenizer, hand-off)."
+    )
     overlap_scheduler: bool = Field(True, description="The CPU work of a step runs while the GPU runs the last one.")
     overlap_with_speculation: bool = Field(
         False, description="The overlap scheduler stays on under speculative decoding."
@@ -361,6 +367,8 @@ class EngineSpec(Strict):
         "host_step_us",
         "dp_sync_us",
         "request_latency_us",
+        "frontend_accept_us",
+        "frontend_prepare_us",
         "overlap_scheduler",
         "overlap_with_speculation",
         "mixed_chunked_prefill",

@@ -21,6 +21,7 @@ import simpy
 
 from simulator.capacity import PoolCapacity, kv_bytes_per_token, pool_capacity
 from simulator.config.scenario import Scenario
+from simulator.engine.frontend import FrontEnd
 from simulator.engine.instance import Instance
 from simulator.engine.timer import CostTimer, StepTimer
 from simulator.errors import InputError
@@ -102,6 +103,7 @@ class Simulation:
         self._max_prompt = room.get("prefill", room["decode"])
         self._max_total = room["decode"]
         self._entry_latency_s = self.entry[0].pool.request_latency_us * 1e-6
+        self._fronts = [FrontEnd.of(self.env, inst.pool) for inst in self.entry]  # each entry instance's API server
         self.done = 0
         self.kv_bytes_transfer = self._transfer_bytes_per_token()
         self._convert_s_per_token = self._conversion_s_per_token()
@@ -163,8 +165,9 @@ class Simulation:
 
     def _feed(self, reqs: list[Request]):
         """Each request reaches a scheduler once the path outside the GPU steps is crossed (the entry pool's
-        `request_latency_us`: API server, tokenizer, hand-off; the stream back to the client is counted on the same
-        crossing, so every metric sees it once). Its record keeps the time it left its client."""
+        `request_latency_us`: HTTP, the hand-off to the scheduler; the stream back to the client is counted on the
+        same crossing, so every metric sees it once), and its instance's front end has taken it in
+        (`engine.frontend`: one request at a time). Its record keeps the time it left its client."""
         for req in reqs:
             at = req.arrival + self._entry_latency_s
             if at > self.env.now:
@@ -194,6 +197,15 @@ class Simulation:
         else:
             inst = self.entry[self.router.route("prefill", self.entry, req, t)]
             rec.prefill_instance = inst.index
+        front = self._fronts[inst.index]
+        if front is None:
+            self._receive(inst, req, t)
+        else:
+            front.take(t, lambda ready: self._receive(inst, req, ready))
+
+    @staticmethod
+    def _receive(inst: Instance, req: Request, t: float) -> None:
+        """The request reaches its instance's scheduler at time t."""
         inst.enqueue_new(req, t)
         inst.notify(t)
 

@@ -13,7 +13,9 @@ at its context and pages (the decode pricing's parts); and each chunk's own ops,
 (tokens, context before). Chunk sizes are continuous, so pricing `step_ops` whole per step would rebuild
 and price ~40 ops each time; the parts reuse everything but the chunks' few attention ops. Each op is
 priced by the same function as in a whole-list pricing; only the order of the sum differs, so a mixed step
-equals its whole-list price to rounding (~1e-15 relative) and is the same on every call.
+equals its whole-list price to rounding (~1e-15 relative) and is the same on every call — less what its prompts
+share: one varlen attention kernel per layer runs all of a step's prompts, so each prompt beyond the first does not
+pay a one-token prompt's own ops again (`chunks_us`).
 
 Every priced second is charged to where it came from — a profile table, the roofline fallback, or a
 collective (modeled, unless a third-party profile measured it) — so a report can say how much of its step
@@ -108,6 +110,8 @@ class CostModel:
         # line, for every length at once, instead of op by op per new length.
         self._first_chunks = Line(lambda xs: self.price_ops(chunk_ops(self.model, self.pool, xs, 0), xs.size))
         self._chunks: dict[tuple[int, int], Part] = {}
+        self._launch_us: float | None = None  # a one-token prompt's own ops (`prompt_launch_us`), and their usage
+        self._launch_usage = Usage()
         # A step that is one whole prompt and nothing else (most prefill steps), by the prompt's length: its
         # parts summed for every length at once, a block of lengths at a time.
         self._solos = Line(self._solo_pricer)
@@ -166,8 +170,7 @@ class CostModel:
                     us += self.line_us(line, x, usage)
             if decode_batch:
                 us += self.decode_parts(decode_batch, decode_ctx_total, decode_pages, usage)
-            for key in mine:
-                us += self.chunk_us(key, usage)
+            us += self.chunks_us(mine, usage)
         floor = self.eager_floor_us(decode_batch, mine)
         if floor > us:  # the launches bound the step: the rest is modeled
             usage.add("fallback", (floor - us) * 1e-6)
@@ -182,12 +185,12 @@ class CostModel:
         per = self.pool.eager_kernel_us
         if not per or not chunks or self.prefill_graphed(decode_batch + sum(t for t, _ in chunks)):
             return 0.0
-        key = (decode_batch > 0, tuple(sorted(before > 0 for _, before in chunks)))
+        key = (decode_batch > 0, tuple(sorted({before > 0 for _, before in chunks})))
         kernels = self._kernels.get(key)
-        if kernels is None:  # the same kernels whatever the sizes: counted once per kind of step
+        if kernels is None:  # the same kernels whatever the sizes and however many prompts: once per kind of step
             decode, after = key
             pages = 1 if decode and self.integrity else 0
-            shape = [(1, int(b)) for b in after]  # a chunk after cached tokens runs its own attention kernels
+            shape = [(1, int(b)) for b in after]  # a chunk after cached tokens runs attention kernels of its own
             ops = step_ops(self.model, self.pool, int(decode), 1, shape, pages, fused_moe=self.fused_moe)
             kernels = self._kernels[key] = sum(op.count for op in ops) - compiled_kernels(self.model, self.pool)
         return per * kernels
@@ -204,6 +207,22 @@ class CostModel:
     def line_us(self, line: str, x: int, usage: Usage) -> float:
         """Microseconds of one line of a step at count x (`lines.Line`), charged to `usage`."""
         return self._lines[line].charge(x, usage)
+
+    def chunks_us(self, keys: Sequence[tuple[int, int]], usage: Usage) -> float:
+        """Microseconds of a step's prefill chunks' own ops, charged to `usage`: each chunk's price (`chunk_us`)
+        less the launches the prompts of one step share (`shared_prompts`)."""
+        priced = [self.chunk_us(key, usage) for key in keys]
+        share = shared_prompts(priced, self.prompt_launch_us())
+        if share:
+            usage.take_back(self._launch_usage, share)
+        return sum(priced) - share * self.prompt_launch_us()
+
+    def prompt_launch_us(self) -> float:
+        """Microseconds of a one-token prompt's own ops: their kernels' launch floors and the weights they read
+        (MLA's expansion), what each prompt of a step beyond the first does not pay again."""
+        if self._launch_us is None:
+            self._launch_us = self._first_chunks.charge(1, self._launch_usage)
+        return self._launch_us
 
     def chunk_us(self, key: tuple[int, int], usage: Usage) -> float:
         """Microseconds of one prefill chunk's own ops (tokens, context before), charged to `usage`: a prompt's
@@ -239,6 +258,11 @@ class CostModel:
             ops += [op for t, before in mine for op in chunk_ops(self.model, self.pool, t, before)]
             for fam, us in self.price_ops(ops, 1).by_family.items():
                 out[fam] = float(us[0])
+            priced = [self.chunk_us(key, Usage()) for key in mine]
+            share = shared_prompts(priced, self.prompt_launch_us())
+            if share:  # what the prompts share, taken off by family as `chunks_us` takes it off the step
+                for fam, us in self.price_ops(chunk_ops(self.model, self.pool, 1, 0), 1).by_family.items():
+                    out[fam] -= share * float(us[0])
             parts = self._mixed_parts(decode_batch) if decode_batch else []
         ctx = decode_ctx_total / max(decode_batch, 1)
         for v in parts:
@@ -427,6 +451,16 @@ def with_layers(fixed: Priced, us: float) -> Priced:
         return fixed
     by_source = {**fixed.by_source, "fallback": fixed.by_source["fallback"] + us}
     return Priced(fixed.us + us, by_source, {**fixed.by_family, LAYERS: us}, fixed.fallbacks)
+
+
+def shared_prompts(priced: Sequence[float], launch_us: float) -> float:
+    """How many prompts' launches a step's chunks share, given each chunk's own price: one varlen attention kernel
+    (and under MLA one expansion GEMM) per layer runs every prompt of a step, so each prompt beyond the first
+    adds its price less a one-token prompt's (`CostModel.prompt_launch_us`) — at most down to the dearest chunk
+    alone."""
+    if len(priced) < 2 or launch_us <= 0:
+        return 0.0
+    return min(len(priced) - 1.0, (sum(priced) - max(priced)) / launch_us)
 
 
 def real_chunks(chunks: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

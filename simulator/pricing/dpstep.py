@@ -180,8 +180,7 @@ class DPSteps:
             us -= self._routed_line.charge(dp * x, routed)
             if b:
                 us += cost.decode_parts(dp * b, dp * ctx, pages, mine)
-            for key in todo:
-                us += cost.chunk_us(key, mine)
+            us += cost.chunks_us(todo, mine)
             if us > best_us:
                 best_us, best = us, (mine, routed)
         assert best is not None, "a step with nothing to run"
