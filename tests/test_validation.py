@@ -291,6 +291,8 @@ def test_each_fitted_parameter_has_an_unfitted_value_from_the_engine_schema() ->
         "tbo_hidden_share": 1.0,
         "fp8_gemm_mma_factor": 1.0,
         "request_latency_us": 0.0,
+        "frontend_accept_us": 0.0,
+        "frontend_prepare_us": 0.0,
         "eager_kernel_us": 0.0,
         "decode_layer_us": 0.0,
     }
