@@ -68,6 +68,13 @@ def test_skewed_routing_touches_fewer_experts_and_streams_fewer_weights() -> Non
     # arrays of row counts (a line priced for many counts at once) give each count's own answer
     pairs, touched = expert_routing.busiest_rank(256, 8, np.array([1, 64, 64]), 1, 1.01)
     assert touched.tolist() == [8.0, 180.0, 180.0] and pairs.tolist() == [8.0, 512.0, 512.0]
+    # and each is the scalar's own answer (no rows priced as one), whatever the array's shape
+    rows = np.array([[0, 3, 2], [4096, 17, 3]])
+    pairs, touched = expert_routing.busiest_rank(384, 8, rows, 8, 1.01)
+    scalar = [expert_routing.busiest_rank(384, 8, max(1, int(r)), 8, 1.01) for r in rows.ravel()]
+    assert pairs.shape == touched.shape == rows.shape
+    assert list(zip(pairs.ravel().tolist(), touched.ravel().tolist(), strict=True)) == scalar
+    assert [a.shape for a in expert_routing.busiest_rank(384, 8, np.array([], dtype=np.int64), 8, 1.01)] == [(0,), (0,)]
 
 
 def test_fit_prices_a_fused_moe_table_at_the_routing_it_was_measured_at() -> None:

@@ -52,7 +52,6 @@ def _quantiles(n: int, alpha: float, lo: float, hi: float) -> np.ndarray:
     return ((hi**a - lo**a) * u + lo**a) ** (1.0 / a)
 
 
-@lru_cache(maxsize=1 << 14)
 def power_law_loads(experts: int, top_k: int, tokens: int, alpha: float) -> tuple[int, ...]:
     """Token-expert pairs per expert, largest first, under the power law above (they sum to tokens · top_k)."""
     target = tokens * top_k
@@ -69,8 +68,11 @@ def power_law_loads(experts: int, top_k: int, tokens: int, alpha: float) -> tupl
     return tuple(int(v) for v in loads)
 
 
+@lru_cache(maxsize=1 << 17)
 def power_law_busiest(experts: int, top_k: int, tokens: int, ep: int, alpha: float) -> tuple[float, float]:
-    """The busiest EP rank's token-expert pairs and touched experts under the power law (see above)."""
+    """The busiest EP rank's token-expert pairs and touched experts under the power law (see above). Kept per
+    key (two floats; not the loads, E integers): a price line asks for every row count 0–1,023 of a block, and
+    every simulation of a plan builds its own lines over the same few expert layouts."""
     loads = power_law_loads(experts, top_k, tokens, alpha)
     per_rank, total, touched = experts / ep, tokens * top_k, sum(1 for v in loads if v > 0)
     if experts == 1:
@@ -83,10 +85,11 @@ def busiest_rank(experts: int, top_k: int, tokens: Any, ep: int, alpha: float) -
     """`power_law_busiest` for a number of rows or an array of them (then two arrays)."""
     if not isinstance(tokens, np.ndarray):
         return power_law_busiest(experts, top_k, max(1, math.ceil(tokens)), ep, alpha)
-    values = {int(t): power_law_busiest(experts, top_k, max(1, int(t)), ep, alpha) for t in np.unique(tokens)}
-    pairs = np.array([values[int(t)][0] for t in tokens.ravel()]).reshape(tokens.shape)
-    touched = np.array([values[int(t)][1] for t in tokens.ravel()]).reshape(tokens.shape)
-    return pairs, touched
+    unique, where = np.unique(tokens, return_inverse=True)
+    values = np.array(
+        [power_law_busiest(experts, top_k, max(1, int(t)), ep, alpha) for t in unique.tolist()], dtype=float
+    ).reshape(-1, 2)
+    return values[:, 0][where].reshape(tokens.shape), values[:, 1][where].reshape(tokens.shape)
 
 
 def parse_distribution(name: str) -> Routing:
