@@ -502,6 +502,13 @@ def test_the_prompts_of_one_step_share_their_launches() -> None:
         (KIMI, 2049, {}, False),
         (KIMI, 64, {"dp": 8}, False),  # DP attention
         (GLM5, 64, {}, False),  # a DSA model
+        # vLLM's rule: up to min(cap, 2 x max_running x (1 + k)) tokens, whatever the deployment
+        (LLAMA, 512, {"prefill_graph_tokens": 512}, True),
+        (LLAMA, 513, {"prefill_graph_tokens": 512}, False),
+        (LLAMA, 33, {"prefill_graph_tokens": 512, "max_running": 16}, False),
+        (LLAMA, 32, {"prefill_graph_tokens": 512, "max_running": 16}, True),
+        (KIMI, 512, {"prefill_graph_tokens": 512, "dp": 8}, True),
+        (GLM5, 512, {"prefill_graph_tokens": 512}, True),
     ],
 )
 def test_piecewise_graphs_capture_prefill_steps_where_the_engine_allows(

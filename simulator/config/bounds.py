@@ -98,6 +98,8 @@ BOUNDS: dict[tuple[str, str], tuple[float, float, str]] = {
     ("Pool", "router_chain_kernels"): (0, 64, "kernels an unfused grouped router launches per MoE layer"),
     ("EngineSpec", "router_chain_kernels"): (0, 64, "kernels an unfused grouped router launches per MoE layer"),
     ("Pool", "eager_kernel_us"): (0, 1e4, "µs of CPU launch time per kernel of an eager step"),
+    ("Pool", "prefill_graph_tokens"): (1, 1 << 20, "tokens of the largest step a CUDA graph captures"),
+    ("EngineSpec", "prefill_graph_tokens"): (1, 1 << 20, "tokens of the largest step a CUDA graph captures"),
     ("EngineSpec", "eager_kernel_us"): (0, 1e4, "µs of CPU launch time per kernel of an eager step"),
     ("Pool", "request_latency_us"): (0, 1e7, "µs a request spends outside the GPU steps"),
     ("EngineSpec", "request_latency_us"): (0, 1e7, "µs a request spends outside the GPU steps"),

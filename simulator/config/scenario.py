@@ -52,6 +52,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "router_chain_kernels": 0,
     "eager_kernel_us": 0.0,
     "prefill_graphs": False,
+    "prefill_graph_tokens": None,
     "overlap_scheduler": True,
     "overlap_with_speculation": False,
     "mixed_chunked_prefill": True,
@@ -215,6 +216,14 @@ class Pool(Strict):
         False,
         description="Steps with prefill rows replay piecewise CUDA graphs where the deployment allows them (no "
         "speculation, DP attention, disaggregation or DSA; up to the chunk size, 2,048 tokens under MLA).",
+    )
+    # vLLM captures one CUDA graph per batch size up to min(2 × max_num_seqs, 512) tokens, decode or mixed
+    # (`VllmConfig._set_cudagraph_sizes`: "max_graph_size = min(max_num_seqs * 2, 512)"), whatever the
+    # deployment; a larger step runs the compiled model without a graph, its kernels launched from the CPU.
+    prefill_graph_tokens: PositiveInt | None = Field(
+        None,
+        description="Steps with prefill rows of up to this many tokens (and twice max_running) replay CUDA graphs, "
+        "larger ones launch eagerly (vLLM's rule; null: prefill_graphs, SGLang's).",
     )
     # Block-FP8 GEMMs and grouped expert GEMMs take this factor on their tensor-core time: an engine whose kernels
     # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.

@@ -306,6 +306,9 @@ class EngineSpec(Strict):
     prefill_graphs: bool = Field(
         False, description="Steps with prefill rows replay piecewise CUDA graphs where the deployment allows them."
     )
+    prefill_graph_tokens: PositiveInt | None = Field(
+        None, description="Steps with prefill rows of up to this many tokens replay CUDA graphs (vLLM's rule)."
+    )
     shared_expert_overlap: bool = Field(True, description="Shared experts on a second stream beside the routed ones.")
     fuse_elementwise: bool = Field(False, description="Small kernels fused into neighbours.")
     fp8_sparse_prefill: Literal["flashmla", "trtllm"] = Field(
@@ -361,6 +364,7 @@ class EngineSpec(Strict):
         "router_chain_kernels",
         "eager_kernel_us",
         "prefill_graphs",
+        "prefill_graph_tokens",
         "shared_expert_overlap",
         "fuse_elementwise",
         "fp8_sparse_prefill",

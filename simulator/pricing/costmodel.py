@@ -196,10 +196,15 @@ class CostModel:
         return per * kernels
 
     def prefill_graphed(self, tokens: int) -> bool:
-        """Whether a step of `tokens` rows with prefill replays a piecewise CUDA graph (`Pool.prefill_graphs`,
-        which disaggregation turns off): not under DP attention or speculation, nor for a DSA model, and only up
-        to the chunk size (2,048 tokens under MLA: SGLang's `piecewise_cuda_graph_max_tokens` defaults)."""
+        """Whether a step of `tokens` rows with prefill replays a CUDA graph. vLLM's rule where the pool sets
+        `prefill_graph_tokens`: up to that many tokens and twice the rows the running requests decode (one each,
+        1 + k under speculation), in any deployment. Else SGLang's piecewise graphs (`Pool.prefill_graphs`, which
+        disaggregation turns off): not under DP attention or speculation, nor for a DSA model, and only up to the
+        chunk size (2,048 tokens under MLA: SGLang's `piecewise_cuda_graph_max_tokens` defaults)."""
         pool = self.pool
+        if pool.prefill_graph_tokens is not None:
+            rows = 1 + (pool.speculative.draft_tokens if pool.speculative is not None else 0)
+            return tokens <= min(pool.prefill_graph_tokens, 2 * pool.max_running * rows)
         if not pool.prefill_graphs or pool.dp > 1 or pool.speculative is not None or self.model.indexer is not None:
             return False
         return tokens <= (MLA_GRAPH_TOKENS if isinstance(self.model.attention, MLA) else pool.chunk_size)
