@@ -131,8 +131,8 @@ def test_the_suites_work_is_estimated_before_it_runs(tmp_path, monkeypatch) -> N
         suite.check_work(cases * 23, [])  # each evaluated once without parameters
     assert type(e.value).__name__ == "InputError"
     suite.check_work(cases * 22, [])  # 39.6M: within
-    with pytest.raises(Exception, match=r"up to 132 times by the fit of 15 parameters"):
-        suite.check_work(cases[:1], fit.load(suite.SUITE / "fit.yaml"))  # 600,000 × 132 (with its source left out)
+    with pytest.raises(Exception, match=r"up to 139 times by the fit of 16 parameters"):
+        suite.check_work(cases[:1], fit.load(suite.SUITE / "fit.yaml"))  # 600,000 × 139 (with its source left out)
     assert fit.evaluations(11) == 1 + fit.ITERATIONS * (11 + fit.BACKTRACKS) + 11 + 1
 
 
