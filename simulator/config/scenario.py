@@ -222,8 +222,8 @@ class Pool(Strict):
     # deployment; a larger step runs the compiled model without a graph, its kernels launched from the CPU.
     prefill_graph_tokens: PositiveInt | None = Field(
         None,
-        description="Steps with prefill rows of up to this many tokens (and twice max_running) replay CUDA graphs, "
-        "larger ones launch eagerly (vLLM's rule; null: prefill_graphs, SGLang's).",
+        description="Steps with prefill rows of up to this many tokens (and twice the rows max_running decode) replay "
+        "CUDA graphs, larger ones launch eagerly (vLLM's rule; null: prefill_graphs, SGLang's).",
     )
     # Block-FP8 GEMMs and grouped expert GEMMs take this factor on their tensor-core time: an engine whose kernels
     # are not the ones the hardware's roofline was fitted to (AIConfigurator's SGLang tables). None: the roofline's.
