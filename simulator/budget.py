@@ -17,7 +17,7 @@ from statistics import NormalDist
 from simulator import input_files
 from simulator.capacity import pool_capacity
 from simulator.config.consistency import largest
-from simulator.config.scenario import Length, Scenario
+from simulator.config.scenario import Length, Scenario, closed_loop_requests
 from simulator.errors import InputError
 from simulator.workload.lengths import resolve, stats
 from simulator.workload.traces import summary
@@ -160,8 +160,8 @@ def estimate(sc: Scenario, base_dir: Path | None = None, limits: Limits | None =
         source = "traffic.concurrency × traffic.duration_s"
     if t.requests is not None and t.requests <= requests:
         requests, source = float(t.requests), "traffic.requests"
-        if t.concurrency is not None and t.requests == 4 * t.concurrency:
-            source = "traffic.requests (4 × traffic.concurrency when not given)"
+        if t.concurrency is not None and t.requests == closed_loop_requests(t.concurrency):
+            source = "traffic.requests (when not given, enough for a steady state at traffic.concurrency)"
     output = requests * output_mean
     if t.trace is None:
         prompt = t.shared_prefix_tokens + prompt_mean * (t.per_session + 1) / 2

@@ -63,7 +63,7 @@ def test_moved_knobs_are_exactly_the_cli_overrides() -> None:
 
 def test_cap_only_where_a_study_could_run_past_it() -> None:
     assert runs.capped_sets(study("mooncake-conversation"), {}) == {"traffic.requests": runs.MAX_REQUESTS}
-    assert runs.capped_sets(study("integrity-overhead"), {}) == {}  # 32 requests of its own
+    assert runs.capped_sets(study("integrity-overhead"), {}) == {}  # 400 requests of its own
 
 
 def test_a_run_is_the_cli_run_and_says_when_the_cap_cut_it() -> None:

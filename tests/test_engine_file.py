@@ -16,7 +16,7 @@ from simulator.config import loader, presets
 from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = ROOT / "scenarios/glm-5.2-weight-formats.yaml"  # 32 requests: fast
+STUDY = ROOT / "scenarios/glm-5.2-weight-formats.yaml"  # 400 requests at 8 clients: seconds
 
 
 def _copy(tmp_path: Path, name: str = "my-copy", **edit: object) -> Path:

@@ -22,7 +22,7 @@ from simulator.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = str(ROOT / "scenarios" / "fleet-disaggregated.yaml")
-GLM = str(ROOT / "scenarios" / "glm-5.2-weight-formats.yaml")  # 32 requests: fast
+GLM = str(ROOT / "scenarios" / "glm-5.2-weight-formats.yaml")  # 400 requests at 8 clients: seconds
 CANARY = "CANARY-7731"
 SPEC = "deployment.decode.speculative={method: draft, acceptance: 1.5, draft_model: %s}"
 

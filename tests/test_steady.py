@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cli_helpers import invoke
 
-from simulator.config import loader
+from simulator.config import loader, scenario
 from simulator.engine.run import simulate
 from simulator.planning import stopping
 from simulator.planning.slo import SLO
@@ -120,9 +121,10 @@ def test_run_json_says_its_window_cut_and_intervals(monkeypatch, capsys, tmp_pat
 
 
 def test_a_closed_loops_first_wave_is_cut_from_the_figures() -> None:
-    """The KV study's 64 clients start at t = 0: their prompts queue together, and that wave's TTFT is the whole
-    run's p95; the window starts after it, and its p95 is under the wave's median."""
-    sc, _ = loader.load(KIMI_STUDY, ("traffic.concurrency=64", "deployment.decode.kv_cache=fp8_e4m3"))
+    """The KV study's 64 clients start at t = 0: their prompts queue together, and in a run of 256 requests that
+    wave's TTFT is the whole run's p95; the window starts after it, and its p95 is under the wave's median."""
+    sets = ("traffic.concurrency=64", "traffic.requests=256", "deployment.decode.kv_cache=fp8_e4m3")
+    sc, _ = loader.load(KIMI_STUDY, sets)
     result, run = simulate(sc, KIMI_STUDY.parent)
     m = result["metrics"]
     wave = np.median([(r.first_token - r.arrival) * 1e3 for r in run.requests if r.arrival == 0.0])
@@ -141,3 +143,26 @@ def test_init_writes_a_steady_state_and_a_minute_is_too_short_for_it(monkeypatch
     assert "ttft_ms" not in m["ci95"]  # no latency interval to mislead; throughput's arrivals still have one
     code, text, _ = invoke(monkeypatch, capsys, "run", path, "--set", "traffic.duration_s=60")
     assert "NO STEADY STATE" in text
+
+
+def test_a_closed_loop_without_a_length_runs_long_enough_for_a_steady_state() -> None:
+    """A closed loop given no count or duration sends twice the window its 10 batches need, each a lifetime (one
+    request a client) and 20 completions long: the steady-state reading's own shape, so its answer is one."""
+    assert (scenario.STEADY_BATCHES, scenario.STEADY_PER_BATCH) == (steady.BATCHES, steady.MIN_PER_BATCH)
+    for clients in (1, 3, 8, 20, 21, 64, 1000):
+        per_client = 2 * steady.BATCHES * max(1, steady.MIN_PER_BATCH / clients)
+        assert scenario.Traffic(concurrency=clients).requests == clients * math.ceil(per_client)
+    sc, _ = loader.load(KIMI_STUDY, ("traffic.concurrency=8", "deployment.decode.kv_cache=fp8_e4m3"))
+    assert sc.traffic.requests == 400  # the study names no count
+    assert simulate(sc, KIMI_STUDY.parent)[0]["metrics"]["steady_state"]["reached"]
+
+
+def test_a_window_from_a_closed_loops_start_does_not_count_its_first_wave() -> None:
+    """The prefill study's 32 clients send 8K-token prompts at t = 0; MSER-5 cuts nothing at 640 requests, and a
+    window from 0 counts the arrivals after it — each a completion of its seconds — not the wave, whose 262K
+    tokens would read 5% more than the fleet serves."""
+    study = ROOT / "scenarios" / "glm-5.2-prefill.yaml"
+    sc, _ = loader.load(study, ("deployment.prefill.weights=int4", "traffic.requests=640"))
+    m = simulate(sc, study.parent)[0]["metrics"]
+    assert m["window_s"][0] == 0.0 and m["steady_state"]["requests"] == 640 - 32
+    assert m["input_tokens_per_s"] == pytest.approx(m["full_run"]["input_tokens_per_s"], rel=0.01)

@@ -279,7 +279,7 @@ def test_closed_loop_duration_and_small_counts() -> None:
     issued, done, _ = drive(make_source(Traffic(concurrency=4, duration_s=20), 0))
     assert all(r.arrival < 20 for r in issued) and max(done.values()) > 20
     assert len(make_source(Traffic(concurrency=16, requests=3), 0).initial()) == 3
-    assert make_source(Traffic(concurrency=16), 0).total_expected == 64  # default: 4 per client
+    assert make_source(Traffic(concurrency=16), 0).total_expected == 400  # default: a steady state's length
 
 
 # --- content: sessions, shared prefix, uniqueness ----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import (
@@ -576,6 +577,20 @@ class BenchRandom(Strict):
         return Length(dist="uniform", low=max(int(self.output_len * self.range_ratio), 1), high=self.output_len)
 
 
+# The steady-state reading's shape (results/steady.py: BATCHES, MIN_PER_BATCH; a test keeps them equal): the
+# window is cut into 10 batches, each at least one request's lifetime long and holding 20 completed requests.
+STEADY_BATCHES = 10
+STEADY_PER_BATCH = 20
+
+
+def closed_loop_requests(clients: int) -> int:
+    """Requests a closed loop of `clients` sends when neither a count nor a duration is given: enough for a steady
+    state to be read. A client sends one request a lifetime, so the window's batches of a lifetime and 20
+    completions each take max(1, 20 / clients) lifetimes; twice the window, since the warm-up may take half the
+    arrivals (`results.steady.run_length`, the rule `phaseplan init` writes)."""
+    return clients * math.ceil(2 * STEADY_BATCHES * max(1.0, STEADY_PER_BATCH / clients))
+
+
 class Traffic(Strict):
     concurrency: PositiveInt | None = Field(
         None, description="Closed loop: clients, each sending its next request when its previous one ends."
@@ -620,7 +635,9 @@ class Traffic(Strict):
         None, description="Seconds of arrivals; the run ends when the last request is served."
     )
     requests: PositiveInt | None = Field(
-        None, description="Requests to send (a closed loop without it or duration_s: 4 × concurrency)."
+        None,
+        description="Requests to send (a closed loop without it or duration_s: enough for a steady state, "
+        "concurrency × ⌈20 × max(1, 20 / concurrency)⌉).",
     )
     truncate_to_context: bool = Field(
         False, description="Cut prompts longer than the model's context instead of refusing them."
@@ -634,7 +651,7 @@ class Traffic(Strict):
         if self.bench_random is not None:
             self._bench_lengths(self.bench_random)
         if self.concurrency is not None and self.duration_s is None and self.requests is None:
-            self.requests = 4 * self.concurrency
+            self.requests = closed_loop_requests(self.concurrency)
         if self.rate is not None and self.duration_s is None and self.requests is None:
             raise ValueError("open-loop traffic needs duration_s or requests")
         if self.agentic is not None and self.sessions.turns > 1:

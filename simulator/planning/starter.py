@@ -19,7 +19,7 @@ from pathlib import Path
 from simulator.budget import check as check_work
 from simulator.capacity import pool_capacity
 from simulator.config import loader, presets, safe_yaml
-from simulator.config.scenario import Scenario
+from simulator.config.scenario import Scenario, closed_loop_requests
 from simulator.console import printable
 from simulator.errors import InputError
 from simulator.planning.bounds import Bounds, Offered
@@ -86,10 +86,10 @@ def _text(ask: Ask, layout: Layout, command: str, why: list[str], length: Length
         ]
     else:
         clients = ask.concurrency or 1
-        count = int(length.value) if length else 4 * clients
+        count = int(length.value) if length else closed_loop_requests(clients)
         load = [
             _c(f"  concurrency: {clients}", "closed loop: each client sends its next request when its last one ends"),
-            _c(f"  requests: {count}", length.why if length else "four requests per client"),
+            _c(f"  requests: {count}", length.why if length else "enough to measure a steady state"),
         ]
     pool = f"tp: {layout.tp}, weights: {layout.weights}, kv_cache: {KV_CACHE}"
     lines = [
@@ -180,20 +180,20 @@ def starter(ask: Ask, command: str = "phaseplan init") -> str:
 
 
 def _length(ask: Ask, sc: Scenario) -> Length | None:
-    """The run's length: the one asked for (`--duration-s`), else one long enough to show a steady state
-    (`results.steady.run_length`), from a request's lifetime as the bounds estimate it (a prompt's prefill,
-    then its answer at the decode step of the batch the load keeps) — rounded up to a whole minute."""
+    """The run's length: the one asked for (`--duration-s`), else one long enough to show a steady state — a
+    closed loop's count (`config.scenario.closed_loop_requests`, the scenario's own default), an open loop's
+    seconds (`results.steady.run_length`) from a request's lifetime as the bounds estimate it (a prompt's prefill,
+    then its answer at the decode step of the batch the load keeps), rounded up to a whole minute."""
     if ask.duration_s is not None and ask.open_loop_rate is not None:
         return None
-    clients = ask.concurrency or 1
     rate = ask.open_loop_rate
-    load = Offered(rate or 1.0, ask.prompt_tokens, ask.prompt_tokens, ask.output_tokens)
+    if rate is None:  # a client sends one request a lifetime: the count does not depend on the lifetime
+        clients = ask.concurrency or 1
+        count = closed_loop_requests(clients)
+        return Length(count, f"{count // clients} per client: enough to measure a steady state")
+    load = Offered(rate, ask.prompt_tokens, ask.prompt_tokens, ask.output_tokens)
     bounds = Bounds(SLO.parse(None, sc))
-    batch = None if rate is not None else clients
-    life = bounds.prefill_s(sc, load, None) + ask.output_tokens * bounds.decode_step_s(sc, load, None, batch)
-    if rate is None:  # a closed loop issues about one request per client per lifetime
-        per_client = math.ceil(run_length(life, clients / life) * clients / life / clients)
-        return Length(per_client * clients, f"{per_client} per client: enough to measure a steady state")
+    life = bounds.prefill_s(sc, load, None) + ask.output_tokens * bounds.decode_step_s(sc, load, None, None)
     seconds = 60 * math.ceil(run_length(life, rate) / 60)
     return Length(seconds, f"seconds of arrivals, enough to measure a steady state (a request lives ~{life:,.0f} s)")
 

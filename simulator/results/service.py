@@ -88,12 +88,21 @@ def windowed(run: RunRecord, end: float, gpus: int, price: float) -> dict[str, A
     w = steady.find_window(s, t0, t1, end)
     own = sc.traffic.concurrency is None and sc.traffic.sessions.turns == 1 and w.start < w.end <= t1
     lo, hi = (t0, t1) if own else (w.start, w.end)  # the seconds whose arrivals the throughput counts
-    counted = (s.arrival >= lo) & (s.arrival <= hi)
-    inside = (s.arrival >= w.start) & (s.arrival <= w.end)
+    # A closed loop's clients all send their first request at its start: that wave is how the run began, not work
+    # arriving at the pace of the service, so a window is (start, end] there (a later request arrives the moment
+    # an earlier one ends: in (start, end] they are the completions of those seconds); else [start, end], and so
+    # where no served request arrived after the start (a burst: the wave is all there is).
+    after = (s.arrival > w.start) & (s.arrival <= w.end)
+    wave = sc.traffic.concurrency is not None and bool(after.any())
+
+    def within(t: np.ndarray, a: float, b: float) -> np.ndarray:
+        return ((t > a) if wave else (t >= a)) & (t <= b)
+
+    counted, inside = within(s.arrival, lo, hi), within(s.arrival, w.start, w.end)
     ttft, tpot, many, e2e = _latencies(s, inside)
     limits = (sc.slo.ttft_p95_ms, sc.slo.tpot_p95_ms)
     ok = _within(s, inside, limits)
-    arrived = int(np.count_nonzero((arrivals >= w.start) & (arrivals <= w.end)))
+    arrived = int(np.count_nonzero(within(arrivals, w.start, w.end)))
     out_tok, in_tok = float(s.output[counted].sum()), float(s.prompt[counted].sum())
     span = max(hi - lo, 1e-12)
     figures = service(ttft, tpot, e2e, out_tok, in_tok, span, gpus, price, round(int(ok.sum()) / arrived, 4))
