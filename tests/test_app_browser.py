@@ -215,7 +215,7 @@ def test_plan_inputs_answer_and_files_in_chromium(tmp_path: Path) -> None:
         scenario = yaml.safe_load(Path(dl.value.path()).read_text())
         assert scenario["name"] == PLAN_STUDY and "sweep" not in scenario
         with page.expect_download() as dl:
-            page.get_by_role("button", name="launch-sglang.sh").click()
+            page.get_by_role("button", name="launch-sglang.sh", exact=True).click()  # beside launch-sglang-router.sh
         assert "sglang" in Path(dl.value.path()).read_text()
         snapshot(page, img / "app-plan.png")
 
