@@ -577,8 +577,8 @@ class BenchRandom(Strict):
         return Length(dist="uniform", low=max(int(self.output_len * self.range_ratio), 1), high=self.output_len)
 
 
-# The steady-state reading's shape (results/steady.py: BATCHES, MIN_PER_BATCH; a test keeps them equal): the
-# window is cut into 10 batches, each at least one request's lifetime long and holding 20 completed requests.
+# The steady-state reading's shape (results/steady.py reads them as BATCHES, MIN_PER_BATCH): the window is cut
+# into 10 batches, each at least one request's lifetime long and holding 20 completed requests.
 STEADY_BATCHES = 10
 STEADY_PER_BATCH = 20
 

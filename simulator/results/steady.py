@@ -40,12 +40,15 @@ from typing import Any
 
 import numpy as np
 
+# The window's 10 batches and the 20 completed requests each needs for its p95 to be more than its largest value:
+# config's, since a closed loop given no length is sized by them (`config.scenario.closed_loop_requests`).
+from simulator.config.scenario import STEADY_BATCHES as BATCHES
+from simulator.config.scenario import STEADY_PER_BATCH as MIN_PER_BATCH
+
 SERIES_POINTS = 200  # observations of each warm-up series over the arrivals (MSER-5 batches them by 5)
 MSER_BATCH = 5
-BATCHES = 10
 T975 = 2.262157162798205  # Student t quantile 0.975 at BATCHES - 1 = 9 degrees of freedom (a test checks it)
 KEEPS_UP = 0.95  # output tokens produced in the window over those arriving in it, at least (else still filling)
-MIN_PER_BATCH = 20  # completed requests a batch needs for its p95 to be more than its largest value
 METHOD = "MSER-5 warm-up on output tokens and waiting requests; 95% intervals from 10 batch means"
 
 
